@@ -1,0 +1,56 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# torch is installed first from the pinned CPU wheel (never a CUDA build, never torchvision).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+PYTHON  := $(BIN)/python
+TORCH   ?= torch==2.13.0
+export MPLBACKEND := Agg
+
+.PHONY: demo test test-all venv install install-dev extras-hessian extras-landscape extras-curvlinops theory bench clean
+
+$(BIN)/activate:
+	$(PY) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+
+# torch first, so nothing below pulls the registry's newest (CUDA) build
+$(VENV)/.torch: $(BIN)/activate
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q $(TORCH)
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.torch pyproject.toml
+	$(PYTHON) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PYTHON) -m pip install -q -e ".[dev]"
+	touch $@
+
+venv install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+# optional cross-check backends
+extras-hessian: $(VENV)/.installed
+	$(PYTHON) -m pip install -q --no-deps pyhessian==0.1
+extras-landscape: $(VENV)/.installed
+	$(PYTHON) -m pip install -q --no-deps loss-landscapes==3.0.6
+# curvlinops needs backpack-for-pytorch, which requires torchvision (only used in its examples): --no-deps
+extras-curvlinops: $(VENV)/.installed
+	$(PYTHON) -m pip install -q einops unfoldNd einconv linear_operator opt-einsum
+	$(PYTHON) -m pip install -q --no-deps backpack-for-pytorch curvlinops-for-pytorch
+
+demo: $(VENV)/.installed
+	$(PYTHON) -m fedlab_analysis.demo --out out/demo
+
+test: $(VENV)/.installed-dev
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+test-all: $(VENV)/.installed-dev
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m ""
+
+theory: $(VENV)/.installed
+	$(PYTHON) -m fedlab_analysis.theory all --out paper_figures/out/theory
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,176 @@
+"""ParamSpace: one flat parameter vector <-> named tensors, and the layer table.
+
+DESIGN.md core decision 1. A model is a pure function ``f(theta, x)`` of one flat
+vector ``theta``; every per-layer computation goes through the layer table
+(name, shape, offset, numel, block, group). Never index a flat vector by a
+layer number (the FedLESAM release does, anchors.md section 1.2).
+
+Blocks follow FedALS (notes/seed_003 section 1.3): a new block starts at every
+parameter with two or more dimensions (a conv or linear weight); biases and
+normalisation scales join the block of the weight before them. ``phi_layers=L``
+puts blocks ``0..L-1`` in group ``"phi"`` (the representation) and the rest in
+group ``"h"`` (the head).
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+    numel: int
+    block: int
+    group: str
+
+    @property
+    def slice(self) -> slice:
+        return slice(self.offset, self.offset + self.numel)
+
+
+class ParamSpace:
+    """The layout of a flat vector over named tensors (parameters or buffers)."""
+
+    def __init__(self, layers: list[Layer]):
+        self.layers = list(layers)
+        self.P = sum(l.numel for l in self.layers)
+        self._by_name = {l.name: l for l in self.layers}
+
+    # ---- construction -------------------------------------------------------------
+    @classmethod
+    def from_named(cls, named, phi_layers: int | None = None) -> "ParamSpace":
+        """From ``(name, tensor)`` pairs in order (``model.named_parameters()``)."""
+        layers, offset, block = [], 0, -1
+        for name, t in named:
+            if t.dim() >= 2 or block < 0:
+                block += 1
+            layers.append(Layer(name, tuple(t.shape), offset, t.numel(), block, "all"))
+            offset += t.numel()
+        space = cls(layers)
+        return space.with_phi_layers(phi_layers) if phi_layers is not None else space
+
+    @classmethod
+    def of_model(cls, model: nn.Module, phi_layers: int | None = None) -> "ParamSpace":
+        return cls.from_named(model.named_parameters(), phi_layers)
+
+    @classmethod
+    def buffers_of(cls, model: nn.Module) -> "ParamSpace":
+        """Floating-point buffers (BatchNorm running stats); integer counters are left out."""
+        return cls.from_named((n, b) for n, b in model.named_buffers() if b.is_floating_point())
+
+    def with_phi_layers(self, L: int) -> "ParamSpace":
+        n_blocks = self.n_blocks
+        if not 0 <= L <= n_blocks:
+            raise ValueError(f"phi_layers={L} is outside 0..{n_blocks} (this model has {n_blocks} layers)")
+        return ParamSpace([Layer(l.name, l.shape, l.offset, l.numel, l.block,
+                                 "phi" if l.block < L else "h") for l in self.layers])
+
+    @classmethod
+    def from_table(cls, table: list[dict]) -> "ParamSpace":
+        return cls([Layer(d["name"], tuple(d["shape"]), int(d["offset"]), int(d["numel"]),
+                          int(d["block"]), d["group"]) for d in table])
+
+    def table(self) -> list[dict]:
+        """Plain-data layer table for checkpoints."""
+        return [{**asdict(l), "shape": list(l.shape)} for l in self.layers]
+
+    # ---- lookup -------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [l.name for l in self.layers]
+
+    @property
+    def n_blocks(self) -> int:
+        return 1 + max((l.block for l in self.layers), default=-1)
+
+    def __getitem__(self, name: str) -> Layer:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no parameter named {name!r}; names are: {', '.join(self.names)}") from None
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def select(self, spec: str | None = None) -> list[Layer]:
+        """Layers matching ``spec``: None/'all' -> every layer; 'group:phi'; 'block:3';
+        an exact name; a glob (``layer1.*``); or ``re:<regex>``. Raises KeyError when nothing matches."""
+        if spec in (None, "all"):
+            return list(self.layers)
+        if spec.startswith("group:"):
+            out = [l for l in self.layers if l.group == spec[6:]]
+        elif spec.startswith("block:"):
+            out = [l for l in self.layers if l.block == int(spec[6:])]
+        elif spec.startswith("re:"):
+            out = [l for l in self.layers if re.search(spec[3:], l.name)]
+        elif spec in self._by_name:
+            out = [self._by_name[spec]]
+        else:
+            out = [l for l in self.layers if fnmatch.fnmatchcase(l.name, spec)]
+        if not out:
+            raise KeyError(f"no parameter matches {spec!r}; names are: {', '.join(self.names)}")
+        return out
+
+    def mask(self, spec: str | None = None, device=None) -> torch.Tensor:
+        """Boolean mask over the flat vector for ``select(spec)``."""
+        m = torch.zeros(self.P, dtype=torch.bool, device=device)
+        for l in self.select(spec):
+            m[l.slice] = True
+        return m
+
+    def index(self, spec: str | None = None, device=None) -> torch.Tensor:
+        """Long index of the flat positions of ``select(spec)`` (for gather/scatter)."""
+        return torch.cat([torch.arange(l.offset, l.offset + l.numel, device=device)
+                          for l in self.select(spec)])
+
+    # ---- flat <-> named -----------------------------------------------------------
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named views into ``flat`` (last dim of size P; leading dims are kept)."""
+        if flat.shape[-1] != self.P:
+            raise ValueError(f"flat vector has {flat.shape[-1]} entries, this space has {self.P}")
+        lead = flat.shape[:-1]
+        return {l.name: flat[..., l.slice].view(*lead, *l.shape) for l in self.layers}
+
+    def flatten(self, named) -> torch.Tensor:
+        """Concatenate tensors in table order (accepts a dict or a state_dict)."""
+        return torch.cat([named[l.name].reshape(-1) for l in self.layers]) if self.layers \
+            else torch.zeros(0)
+
+    def of(self, flat: torch.Tensor, name: str) -> torch.Tensor:
+        l = self[name]
+        return flat[..., l.slice].view(*flat.shape[:-1], *l.shape)
+
+    # ---- per-layer reductions -----------------------------------------------------
+    def per_layer(self, flat: torch.Tensor, reduce=lambda v: v.pow(2).sum(-1)) -> dict[str, torch.Tensor]:
+        """``{name: reduce(flat[..., slice])}``; the default is the squared norm."""
+        return {l.name: reduce(flat[..., l.slice]) for l in self.layers}
+
+    def segment_sum(self, flat: torch.Tensor, by: str = "layer") -> torch.Tensor:
+        """Sum of ``flat`` over each layer (``by='layer'``), block or group; returns [..., n_segments]."""
+        keys = {"layer": [i for i, _ in enumerate(self.layers)],
+                "block": [l.block for l in self.layers],
+                "group": [sorted({x.group for x in self.layers}).index(l.group) for l in self.layers]}[by]
+        seg = torch.repeat_interleave(torch.tensor(keys, device=flat.device),
+                                      torch.tensor([l.numel for l in self.layers], device=flat.device))
+        out = torch.zeros(*flat.shape[:-1], max(keys) + 1, dtype=flat.dtype, device=flat.device)
+        return out.index_add_(-1, seg, flat)
+
+
+def functional(model: nn.Module, space: ParamSpace, buffers: dict[str, torch.Tensor] | None = None):
+    """``f(theta, x) -> model output`` with the parameters taken from the flat vector ``theta``.
+
+    The model itself is never changed. ``buffers`` (default: the model's own) are passed
+    through; with BatchNorm in train mode they are updated in place, as nn.Module would.
+    """
+    bufs = dict(model.named_buffers()) if buffers is None else buffers
+
+    def f(theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, {**space.unflatten(theta), **bufs}, (x,))
+    return f

@@ -1,0 +1,201 @@
+"""Every algorithm as a small spec: a perturbation rule plus a list of parts (parts.py).
+
+    name             perturbation   parts                     paper
+    fedavg           plain          -                         McMahan et al. 2017
+    fedavgm          plain          ServerMomentum            Hsu et al. 2019
+    fedadam          plain          ServerAdam                Reddi et al. 2021
+    fedprox          plain          Prox                      Li et al. 2020
+    scaffold         plain          Scaffold                  Karimireddy et al. 2020 (option II)
+    feddyn           plain          Dyn                       Acar et al. 2021
+    fedcm            plain          Momentum                  Xu et al. 2021, Alg. 2
+    fedsam           SAM            -                         Qu et al. 2022
+    mofedsam         SAM            Momentum                  Qu et al. 2022
+    fedgamma         SAM            Scaffold                  Dai et al. 2023
+    fedspeed         SAM            Dyn                       Sun et al. 2023 (as the simulator)
+    fedsmoo          SMOO           Dyn                       Sun et al. 2023, Alg. 1
+    fedlesam(-s,-d)  LESAM          - / Scaffold / Dyn        Fan et al. 2024, Algs. 1, 3, 4
+    fedals(-scaffold) plain         ALS(+ control variates)   Gholami & Seferoglu, Algs. 1, 4
+    fedinit          plain          RelaxedInit               Sun, Shen, Tao, Alg. 1
+``--ri`` appends RelaxedInit to any of them. Adding an algorithm = one line in SPECS (and a part if new).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import UserError
+from .parts import (SAM, SMOO, Dyn, LESAM, Momentum, Part, Plain, Prox, RelaxedInit, Scaffold,
+                    ServerAdam, ServerMomentum)
+
+
+class Algorithm:
+    """Runs the hooks of its parts in order; the last part with ``aggregate`` decides the global model."""
+
+    def __init__(self, cfg, perturb: Plain, parts: list[Part]):
+        self.cfg, self.perturb = cfg, perturb
+        self.parts = [perturb, *parts] + ([RelaxedInit(cfg.hp("beta"), cfg.ri_agg)] if cfg.ri or
+                                            cfg.algo == "fedinit" else [])
+        self.K = None                              # a fixed K for every client (FedALS), else from the config
+
+    def init(self, run):
+        for p in self.parts:
+            p.init(run)
+
+    def start(self, run, ctx):
+        x = ctx.w.expand(ctx.n, -1).clone()
+        for p in self.parts:
+            x = p.start(run, ctx, x)
+        return x
+
+    def round_start(self, run, ctx):
+        for p in self.parts:
+            p.round_start(run, ctx)
+
+    def gradient(self, run, ctx, x, k):
+        return self.perturb.gradient(run, ctx, x, k)
+
+    def direction(self, run, ctx, x, g):
+        """(pre-clip direction, post-clip terms); weight decay is a post-clip term (SGD's weight_decay)."""
+        wd_x = run.cfg.wd * x if run.cfg.wd else torch.zeros_like(x)
+        ctx.extra["wd_x"] = wd_x
+        d, post = g, wd_x
+        for p in self.parts:
+            d, post = p.direction(run, ctx, x, d, post)
+        return d, post
+
+    def after_step(self, run, ctx, x):
+        for p in self.parts:
+            p.after_step(run, ctx, x)
+
+    def client_end(self, run, ctx, x):
+        ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
+        ctx.delta = x - (ctx.x0 if ri_code else ctx.w)          # Delta_i, the client update
+        for p in self.parts:
+            p.client_end(run, ctx, x)
+
+    def aggregate(self, run, ctx, x):
+        for p in reversed(self.parts):
+            if p.aggregate is not None:
+                return p.aggregate(run, ctx, x)
+        return ctx.w + run.cfg.hp("server_lr") * ctx.delta.mean(0)        # FedAvg with eta_g
+
+    def server_end(self, run, ctx, x, w_new):
+        for p in self.parts:
+            p.server_end(run, ctx, x, w_new)
+
+    def comm(self, run, ctx) -> dict:
+        """Floats sent down / up in this round (all active clients) and stored per client."""
+        down, up, stored = 1, 1, 0
+        for p in self.parts:
+            down, up, stored = down + p.comm[0], up + p.comm[1], stored + p.comm[2]
+        P = run.space.P
+        return {"floats_down": down * P * ctx.n, "floats_up": up * P * ctx.n, "floats_stored_per_client": stored * P}
+
+
+class ALS(Part):
+    """FedALS (Gholami & Seferoglu, Alg. 1 with the intended semantics of notes/seed_003 section 1.3): after global
+    local step s = t tau + k + 1, average the head h when s % tau == 0 and the representation phi when
+    s % (alpha tau) == 0; un-synchronised groups stay client-local, so every client keeps its own model.
+    With ``scaffold`` (Alg. 4): d = g - c_k + mean_j c_j and, at each group's sync,
+    c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group."""
+
+    def __init__(self, tau: int, alpha: int, scaffold: bool = False):
+        self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
+
+    def init(self, run):
+        L = run.cfg.phi_layers if run.cfg.phi_layers is not None else run.space.n_blocks - 1
+        run.space = run.space.with_phi_layers(L)
+        self.phi, self.h = run.space.mask("group:phi", run.device), ~run.space.mask("group:phi", run.device)
+        run.state["x_local"] = run.w.expand(run.m, -1).clone()
+        if self.scaffold:
+            run.state["c_k"] = run.zeros(run.m)
+            run.state["x_sync"] = run.w.expand(run.m, -1).clone()
+
+    def start(self, run, ctx, x):
+        return run.state["x_local"][ctx.S].clone()
+
+    def direction(self, run, ctx, x, d, post):
+        if self.scaffold:
+            c = run.state["c_k"]
+            d = d + (c.mean(0) - c[ctx.S])
+        return d, post
+
+    def _sync(self, run, ctx, x, mask, period):
+        if self.scaffold:
+            c, last = run.state["c_k"], run.state["x_sync"]
+            c[:, mask] = c[:, mask] - c[:, mask].mean(0) + (last[:, mask] - x[:, mask]) / (ctx.lr * period)
+        x[:, mask] = x[:, mask].mean(0)
+        if self.scaffold:
+            run.state["x_sync"][:, mask] = x[:, mask]
+
+    def after_step(self, run, ctx, x):
+        s = ctx.t * self.tau + ctx.k + 1
+        if s % self.tau == 0:
+            self._sync(run, ctx, x, self.h, self.tau)
+            if run.bspace.P:
+                ctx.extra["buf"][:] = ctx.extra["buf"].mean(0)
+        if s % (self.alpha * self.tau) == 0:
+            self._sync(run, ctx, x, self.phi, self.alpha * self.tau)
+
+    def client_end(self, run, ctx, x):
+        run.state["x_local"][ctx.S] = x
+
+    def aggregate(self, run, ctx, x):
+        return x.mean(0)
+
+
+def fedals_floats(space, alpha: int, n_rounds: int) -> float:
+    """Parameters one client sends over ``n_rounds`` head synchronisations (FedALS Table 2's column):
+    n_rounds * (|h| + |phi| / alpha). The space must carry the phi/h groups (``with_phi_layers``)."""
+    phi = sum(l.numel for l in space.select("group:phi"))
+    return n_rounds * ((space.P - phi) + phi / alpha)
+
+
+class FedALS(Algorithm):
+    def __init__(self, cfg, scaffold=False):
+        if cfg.active_ratio != 1:
+            raise UserError(f"--active-ratio: FedALS runs with full participation; pass --active-ratio 1 "
+                            f"(got {cfg.active_ratio})")
+        super().__init__(cfg, Plain(), [ALS(cfg.hp("tau"), cfg.hp("alpha"), scaffold)])
+        self.K = int(cfg.hp("tau"))
+
+    def comm(self, run, ctx) -> dict:
+        """Per round (tau local steps): h goes both ways every round, phi every alpha rounds (Table 2's count)."""
+        phi = int(run.space.mask("group:phi").sum())
+        h = run.space.P - phi
+        sent = h + (phi if (ctx.t + 1) % int(self.cfg.hp("alpha")) == 0 else 0)
+        stored = run.space.P * (2 if self.parts[1].scaffold else 0)
+        return {"floats_down": sent * ctx.n, "floats_up": sent * ctx.n, "floats_stored_per_client": stored}
+
+
+def _sam(c): return SAM(c.hp("rho"))
+def _lesam(c): return LESAM(c.hp("rho"), c.lesam_source, c.lesam_first)
+def _cm(c): return Momentum(c.hp("alpha"), c.fedcm_wd == "inside")
+
+
+SPECS = {
+    "fedavg":     lambda c: (Plain(), []),
+    "fedavgm":    lambda c: (Plain(), [ServerMomentum(c.hp("server_momentum"))]),
+    "fedadam":    lambda c: (Plain(), [ServerAdam()]),
+    "fedprox":    lambda c: (Plain(), [Prox(c.hp("mu"))]),
+    "scaffold":   lambda c: (Plain(), [Scaffold()]),
+    "feddyn":     lambda c: (Plain(), [Dyn(c.hp("lamb"))]),
+    "fedcm":      lambda c: (Plain(), [_cm(c)]),
+    "fedsam":     lambda c: (_sam(c), []),
+    "mofedsam":   lambda c: (_sam(c), [_cm(c)]),
+    "fedgamma":   lambda c: (_sam(c), [Scaffold()]),
+    "fedspeed":   lambda c: (_sam(c), [Dyn(c.hp("lamb"))]),
+    "fedsmoo":    lambda c: (SMOO(c.hp("rho")), [Dyn(c.hp("lamb"))]),
+    "fedlesam":   lambda c: (_lesam(c), []),
+    "fedlesam-s": lambda c: (_lesam(c), [Scaffold()]),
+    "fedlesam-d": lambda c: (_lesam(c), [Dyn(c.hp("lamb"))]),
+    "fedinit":    lambda c: (Plain(), []),          # RelaxedInit is appended for fedinit and for --ri
+}
+
+
+def build(name: str):
+    if name.startswith("fedals"):
+        return lambda cfg: FedALS(cfg, scaffold=name == "fedals-scaffold")
+    return lambda cfg: Algorithm(cfg, *SPECS[name](cfg))
+
+
+ALGORITHMS = {name: build(name) for name in [*SPECS, "fedals", "fedals-scaffold"]}

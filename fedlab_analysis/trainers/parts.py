@@ -1,0 +1,248 @@
+"""The parts algorithms are made of. Each part owns a piece of state and hooks into the round
+(engine.py's docstring shows where); an algorithm is a perturbation rule plus a list of parts
+(algorithms.py). Vectors are flat: client tables are [m, P], per-round quantities [n_active, P].
+
+Notation (papers'): w global model, x local models, S active clients, K_i local steps, eta lr,
+Delta_i = x_i - ref_i the client update (ref = w, or RI's start point with --ri-agg delta_from_init).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _normalize(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
+    """v / (||v|| + eps) row-wise over the WHOLE flat vector (never per layer index)."""
+    return v / (v.norm(dim=-1, keepdim=True) + eps)
+
+
+class Part:
+    """No-op hooks; a part overrides the ones it needs."""
+    comm = (0, 0, 0)          # extra (down, up, stored-per-client) model-sized vectors
+
+    def init(self, run): ...
+    def start(self, run, ctx, x): return x
+    def round_start(self, run, ctx): ...
+    def direction(self, run, ctx, x, d, post): return d, post
+    def after_step(self, run, ctx, x): ...
+    def client_end(self, run, ctx, x): ...
+    aggregate = None          # a part that decides the new global model defines aggregate(run, ctx, x) -> w
+    def server_end(self, run, ctx, x, w_new): ...
+
+
+def K_divisor(run, ctx) -> torch.Tensor:
+    """The K that turns a model update into a gradient (SCAFFOLD's c_i, FedCM's Delta): each client's own
+    K_i (paper), or local_epochs * n_0 / B from client 0's data size for everyone (the simulator)."""
+    if run.cfg.k_rule == "client0" and run.cfg.local_steps is None:
+        return torch.full((ctx.n,), run.cfg.local_epochs * float(run.n_i[0]) / run.cfg.batch_size,
+                          dtype=run.dtype, device=run.device)
+    return ctx.K.to(run.dtype).to(run.device)
+
+
+# ---- perturbation rules: how the gradient of step k is taken ----------------------------------
+class Plain(Part):
+    """g = grad f_i(x; b)."""
+    def gradient(self, run, ctx, x, k):
+        return run.grads(ctx, x, k)
+
+
+class SAM(Plain):
+    """Local SAM (FedSAM, Qu et al. 2022; FedSMOO eqs. 5-6): delta = rho g/||g||, then grad at x + delta on the
+    SAME minibatch. Two forward/backward passes per step."""
+    def __init__(self, rho):
+        self.rho = rho
+
+    def ascent(self, run, ctx, g0, x):
+        return self.rho * _normalize(g0)
+
+    def gradient(self, run, ctx, x, k):
+        data = {j: run.batch(ctx, j, k) for j in ctx.active.nonzero().flatten().tolist()}
+        g0 = run.grads(ctx, x, k, data)
+        delta = self.ascent(run, ctx, g0, x)
+        return run.grads(ctx, x + delta, k, data)
+
+
+class SMOO(SAM):
+    """FedSMOO (Sun et al. 2023, Algorithm 1 lines 8-10): corrected ascent a = g - mu_i - s,
+    s_hat = r a/||a||, mu_i <- mu_i + s_hat - s; server s = r normalize(mean_S (mu_i - s_hat_i)) (paper, line 13)
+    or r normalize(mean_S mu_i) (the code, --smoo-server code)."""
+    comm = (1, 1, 1)
+
+    def init(self, run):
+        run.state["mu"] = run.zeros(run.m)
+        run.state["s"] = run.zeros()
+
+    def round_start(self, run, ctx):
+        ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
+
+    def ascent(self, run, ctx, g0, x):
+        S, act = ctx.S, ctx.active[:, None].to(run.device)
+        mu, s = run.state["mu"][S], run.state["s"]
+        s_hat = self.rho * _normalize(g0 - mu - s)
+        run.state["mu"][S] = torch.where(act, mu + s_hat - s, mu)
+        ctx.extra["s_hat"] = torch.where(act, s_hat, ctx.extra["s_hat"])
+        return s_hat
+
+    def server_end(self, run, ctx, x, w_new):
+        mu = run.state["mu"][ctx.S]
+        v = mu if run.cfg.smoo_server == "code" else mu - ctx.extra["s_hat"]
+        run.state["s"] = self.rho * _normalize(v.mean(0))
+
+
+class LESAM(Plain):
+    """FedLESAM (Fan et al. 2024, Algorithm 1): delta = rho (w_i^old - w)/||w_i^old - w||, constant within the
+    round; one forward/backward per step. --lesam-source last_global_update uses the last broadcast global update
+    (the released code) instead; --lesam-first sets the first participation (zero | global_update | literal)."""
+    def __init__(self, rho, source, first):
+        self.rho, self.source, self.first = rho, source, first
+        self.comm = (0, 0, 1) if source == "client_old" else (1, 0, 0)
+
+    def init(self, run):
+        run.state["w_old"] = run.zeros(run.m)
+        run.state["seen"] = torch.zeros(run.m, dtype=torch.bool, device=run.device)
+        run.state["last_update"] = run.zeros()        # w^t - w^{t-1}; zero before the first round
+
+    def round_start(self, run, ctx):
+        w, back = ctx.w, -run.state["last_update"]    # back = w^{t-1} - w^t
+        if self.source == "last_global_update":
+            u = back.expand(ctx.n, -1)
+        else:
+            seen = run.state["seen"][ctx.S][:, None]
+            first = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[self.first]
+            u = torch.where(seen, run.state["w_old"][ctx.S] - w, first.expand(ctx.n, -1))
+        ctx.extra["delta"] = self.rho * _normalize(u)
+
+    def gradient(self, run, ctx, x, k):
+        return run.grads(ctx, x + ctx.extra["delta"], k)
+
+    def client_end(self, run, ctx, x):
+        run.state["w_old"][ctx.S] = ctx.w
+        run.state["seen"][ctx.S] = True
+
+    def server_end(self, run, ctx, x, w_new):
+        run.state["last_update"] = w_new - ctx.w
+
+
+# ---- gradient corrections --------------------------------------------------------------------
+class Prox(Part):
+    """FedProx (Li et al. 2020): + mu (x - w)."""
+    def __init__(self, mu):
+        self.mu = mu
+
+    def direction(self, run, ctx, x, d, post):
+        return d + self.mu * (x - ctx.w), post
+
+
+class Scaffold(Part):
+    """SCAFFOLD option II (Karimireddy et al. 2020; FedLESAM Alg. 2 with the sign fixed): d = g - c_i + c;
+    c_i+ = c_i - c + (w - x_i)/(K_i eta); c <- c + (1/m) sum_S (c_i+ - c_i)."""
+    comm = (1, 1, 1)
+
+    def init(self, run):
+        run.state["c"] = run.zeros()
+        run.state["c_i"] = run.zeros(run.m)
+
+    def direction(self, run, ctx, x, d, post):
+        return d + (run.state["c"] - run.state["c_i"][ctx.S]), post
+
+    def client_end(self, run, ctx, x):
+        c_i = run.state["c_i"][ctx.S]
+        new = c_i - run.state["c"] - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
+        ctx.extra["dc"] = new - c_i
+        run.state["c_i"][ctx.S] = new
+
+    def server_end(self, run, ctx, x, w_new):
+        run.state["c"] = run.state["c"] + ctx.extra["dc"].sum(0) / run.m
+
+
+class Dyn(Part):
+    """FedDyn (Acar et al. 2021) in FedSMOO's notation (Alg. 1 lines 11, 16, 19) with lamb = 1/beta and
+    h_i = -beta lambda_i: d = g + lamb h_i + lamb (x - w); h_i += Delta_i; server dual H += (1/m) sum_S Delta_i
+    (so H = mean over ALL clients of h_i); w = mean_S x_i + H. The lamb x term is added after clipping, as the
+    simulator's SGD weight decay does."""
+    comm = (0, 0, 1)
+
+    def __init__(self, lamb):
+        self.lamb = lamb
+
+    def init(self, run):
+        run.state["h"] = run.zeros(run.m)
+        run.state["H"] = run.zeros()
+
+    def direction(self, run, ctx, x, d, post):
+        return d + self.lamb * (run.state["h"][ctx.S] - ctx.w), post + self.lamb * x
+
+    def client_end(self, run, ctx, x):
+        run.state["h"][ctx.S] += ctx.delta
+
+    def aggregate(self, run, ctx, x):
+        run.state["H"] = run.state["H"] + ctx.delta.sum(0) / run.m
+        return x.mean(0) + run.state["H"]
+
+
+class Momentum(Part):
+    """FedCM (Xu et al. 2021, Algorithm 2): v = alpha g + (1 - alpha) Delta_t (line 8);
+    Delta_{t+1} = -(1/|S|) sum_S Delta_i / (K_i eta) (line 13, per-client K_i keeps Lemma 4.1 exact).
+    --fedcm-wd inside: g includes wd x (Lemma 4.1 holds); outside: wd x added after mixing (the code)."""
+    comm = (1, 0, 0)
+
+    def __init__(self, alpha, wd_inside):
+        self.alpha, self.wd_inside = alpha, wd_inside
+
+    def init(self, run):
+        run.state["D"] = run.zeros()
+
+    def direction(self, run, ctx, x, d, post):
+        if self.wd_inside:                    # move the weight-decay term from post-clip into alpha * g (exactly)
+            wd_x = ctx.extra["wd_x"]
+            d, post = d + wd_x, post - wd_x
+        return self.alpha * d + (1 - self.alpha) * run.state["D"], post
+
+    def server_end(self, run, ctx, x, w_new):
+        run.state["D"] = -(ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)).mean(0)
+
+
+# ---- start points ---------------------------------------------------------------------------------
+class RelaxedInit(Part):
+    """FedInit (Sun, Shen, Tao; Algorithm 1): x_{i,0} = w + beta (w - w_i^last) (line 6), w_i^last = w^0 before a
+    client's first round (line 1) and kept stale while it sits out (lines 13-14). Aggregation --ri-agg final_avg:
+    mean of final local models (line 16); delta_from_init: updates measured from the RI start (the code)."""
+    comm = (0, 0, 1)
+
+    def __init__(self, beta, agg):
+        self.beta, self.agg = beta, agg
+
+    def init(self, run):
+        run.state["w_last"] = run.w.expand(run.m, -1).clone()
+
+    def start(self, run, ctx, x):
+        return x + self.beta * (ctx.w - run.state["w_last"][ctx.S])
+
+    def client_end(self, run, ctx, x):
+        run.state["w_last"][ctx.S] = x
+
+
+# ---- server rules ----------------------------------------------------------------------------------
+class ServerMomentum(Part):
+    """FedAvgM (Hsu et al. 2019): m <- beta m + mean Delta; w <- w + eta_g m."""
+    def __init__(self, momentum):
+        self.momentum = momentum
+
+    def init(self, run):
+        run.state["m"] = run.zeros()
+
+    def aggregate(self, run, ctx, x):
+        run.state["m"] = self.momentum * run.state["m"] + ctx.delta.mean(0)
+        return ctx.w + run.cfg.hp("server_lr") * run.state["m"]
+
+
+class ServerAdam(Part):
+    """FedAdam (Reddi et al. 2021) as the simulator: m, v EMAs of mean Delta, no bias correction,
+    w <- w + eta_g m / (sqrt(v) + eps)."""
+    def init(self, run):
+        run.state["m"], run.state["v"] = run.zeros(), run.zeros()
+
+    def aggregate(self, run, ctx, x):
+        c, d = run.cfg, ctx.delta.mean(0)
+        run.state["m"] = c.beta1 * run.state["m"] + (1 - c.beta1) * d
+        run.state["v"] = c.beta2 * run.state["v"] + (1 - c.beta2) * d * d
+        return ctx.w + c.hp("server_lr") * run.state["m"] / (run.state["v"].sqrt() + c.eps)
