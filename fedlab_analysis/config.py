@@ -32,6 +32,8 @@ class RunConfig:
     seed: int = _f(0, "seed of every random draw (partition, sampling, minibatches, init)")
     dtype: str = _f("float32", "float32 | float64 (float64 for exact checks)")
     device: str = _f("cpu", "cpu | cuda | cuda:N")
+    vmap: str = _f("auto", "lock-step gradients by torch.vmap over stacked clients: auto (on CUDA for models "
+                   "without BatchNorm) | on | off (a loop over clients; fastest on CPU)")
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)")
     # ---- federation --------------------------------------------------------------------------------
@@ -43,6 +45,8 @@ class RunConfig:
     dir_alpha: float = _f(0.3, "Dirichlet concentration of the dirichlet / labeldir partitions")
     replacement: bool = _f(False, "dirichlet/pathological: refill exhausted classes (the simulator) or not")
     classes_per_client: int = _f(2, "pathological: classes per client")
+    shards_per_client: int = _f(2, "shards: label-sorted shards per client (McMahan et al.)")
+    min_size: int = _f(10, "labeldir: redraw until every client holds at least this many samples")
     # ---- local work --------------------------------------------------------------------------------
     rounds: int = _f(30, "communication rounds T")
     local_epochs: float = _f(5, "local epochs E (K_i = E * ceil(n_i / B) steps); ignored with --local-steps")
@@ -138,7 +142,7 @@ class RunConfig:
             bad("local_epochs", f"must be > 0 (got {self.local_epochs})")
         if self.hp("server_lr") <= 0:
             bad("server_lr", f"must be > 0 (got {self.server_lr})")
-        choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"),
+        choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"), "vmap": ("auto", "on", "off"),
                    "ri_agg": ("final_avg", "delta_from_init"),
                    "lesam_source": ("client_old", "last_global_update"),
                    "lesam_first": ("zero", "global_update", "literal"), "smoo_server": ("paper", "code"),

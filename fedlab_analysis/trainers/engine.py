@@ -29,8 +29,8 @@ from ..params import ParamSpace
 from .rng import generator
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha",),
-                     "pathological": ("classes_per_client", "replacement")}
+PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha", "min_size"),
+                     "pathological": ("classes_per_client", "replacement"), "shards": ("shards_per_client",)}
 
 
 @dataclass
@@ -95,6 +95,10 @@ class Run:
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
         self.callbacks: list = []
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
+        self.use_vmap = cfg.vmap == "on" or (cfg.vmap == "auto" and self.device.type == "cuda" and not self.bspace.P)
+        if self.use_vmap and self.bspace.P:
+            raise UserError("--vmap on: this model has BatchNorm buffers; vmap over clients needs a model without "
+                            "them (use --vmap off, or a GroupNorm model)")
         self.last_local = self.w.expand(self.m, -1).clone() if cfg.keep_clients else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
         self.algo.init(self)
@@ -112,8 +116,8 @@ class Run:
             return Partition(ix, counts)
         if cfg.clients > len(labels):
             raise UserError(f"--clients: {cfg.clients} clients exceed the {len(labels)} training samples")
-        opts = {"alpha": cfg.dir_alpha, "replacement": cfg.replacement,
-                "classes_per_client": cfg.classes_per_client}
+        opts = {"alpha": cfg.dir_alpha, "replacement": cfg.replacement, "min_size": cfg.min_size,
+                "classes_per_client": cfg.classes_per_client, "shards_per_client": cfg.shards_per_client}
         allowed = PARTITION_OPTIONS.get(cfg.partition, ())
         return partition(cfg.partition, labels, cfg.clients, self.ds.n_classes, cfg.seed,
                          **{k: v for k, v in opts.items() if k in allowed})
@@ -188,7 +192,17 @@ class Run:
         are zero). ``data`` reuses the minibatches of an earlier call in the same step (SAM's second pass)."""
         g = torch.zeros_like(x)
         self.model.train()
-        for j in ctx.active.nonzero().flatten().tolist():
+        js = ctx.active.nonzero().flatten().tolist()
+        if self.use_vmap and len(js) > 1:
+            batches = [data[j] if data is not None else self.batch(ctx, j, k) for j in js]
+            if len({len(b[1]) for b in batches}) == 1:          # equal batch sizes: one vmapped call
+                loss = lambda th, xb, yb: self.loss(self.forward(th, xb), yb)  # noqa: E731
+                xb, yb = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+                g[js] = torch.func.vmap(torch.func.grad(loss))(x[js].detach(), xb, yb)
+                self.n_grads += len(js)
+                return g
+            data = dict(zip(js, batches))                      # unequal sizes this step: fall back to the loop
+        for j in js:
             xb, yb = data[j] if data is not None else self.batch(ctx, j, k)
             theta = x[j].detach().requires_grad_(True)
             buf = ctx.extra["buf"][j] if self.bspace.P else None

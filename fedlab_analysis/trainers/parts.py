@@ -58,6 +58,7 @@ class SAM(Plain):
         data = {j: run.batch(ctx, j, k) for j in ctx.active.nonzero().flatten().tolist()}
         g0 = run.grads(ctx, x, k, data)
         delta = self.ascent(run, ctx, g0, x)
+        ctx.extra["delta"] = delta                    # this step's perturbation, for drift probes
         return run.grads(ctx, x + delta, k, data)
 
 
@@ -124,12 +125,13 @@ class LESAM(Plain):
 
 # ---- gradient corrections --------------------------------------------------------------------
 class Prox(Part):
-    """FedProx (Li et al. 2020): + mu (x - w)."""
+    """FedProx (Li et al. 2020): + mu (x - w), split as the simulator does: -mu w before clipping (its loss term
+    -mu <x, w>) and +mu x after (its SGD weight decay)."""
     def __init__(self, mu):
         self.mu = mu
 
     def direction(self, run, ctx, x, d, post):
-        return d + self.mu * (x - ctx.w), post
+        return d - self.mu * ctx.w, post + self.mu * x
 
 
 class Scaffold(Part):
