@@ -1,0 +1,72 @@
+"""python -m fedlab_analysis.theory PAPER|all [--quick] [--out DIR] [--seed S]
+
+Runs every convex-toy check of one paper (or all five), prints the claim table, and writes
+``report.md`` / ``report.json`` plus one PNG per rate or sweep to ``--out`` (default ``out/theory/PAPER``).
+Each verdict is computed from the measurement (theory/claims.py). Exit 0 on success, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import UserError
+from .claims import VERDICTS, to_markdown, write_report
+
+PAPERS = ("fedsmoo", "fedlesam", "fedcm", "fedals", "fedinit")
+TITLES = {"fedsmoo": "FedSMOO", "fedlesam": "FedLESAM", "fedcm": "FedCM", "fedals": "FedALS",
+          "fedinit": "FedInit"}
+
+
+def load(paper: str):
+    """The paper's check module, or None (with one line on stdout) if it is not written yet."""
+    try:
+        return importlib.import_module(f"{__package__}.{paper}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__package__}.{paper}":
+            raise
+        print(f"{paper}: no check module yet (fedlab_analysis/theory/{paper}.py); skipped")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fedlab_analysis.theory", description=__doc__.splitlines()[2])
+    ap.add_argument("paper", help=f"one of {', '.join(PAPERS)}, all")
+    ap.add_argument("--quick", action="store_true", help="smaller toys (classroom: all papers in < 2 min)")
+    ap.add_argument("--out", type=Path, default=None, help="report folder (default out/theory/PAPER)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    try:
+        if args.paper not in PAPERS + ("all",):
+            raise UserError(f"unknown paper {args.paper!r}: choose one of {', '.join(PAPERS)}, all")
+        out = args.out or Path("out/theory") / args.paper
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out} is a file: give a folder for report.md, report.json, figures")
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)             # the toys are tiny tensors; threads only add contention
+    claims, times = [], {}
+    for paper in PAPERS if args.paper == "all" else (args.paper,):
+        mod = load(paper)
+        if mod is None:
+            continue
+        t0 = time.perf_counter()
+        claims += mod.run(quick=args.quick, out_dir=out, seed=args.seed)
+        times[paper] = time.perf_counter() - t0
+    print(to_markdown(claims))
+    counts = ", ".join(f"{sum(c.verdict == v for c in claims)} {v}" for v in VERDICTS)
+    print(f"{len(claims)} claims: {counts}")
+    print("time: " + ", ".join(f"{p} {t:.1f}s" for p, t in times.items()))
+    title = "Theory checks: " + ("all papers" if args.paper == "all" else TITLES[args.paper])
+    title += " (quick)" if args.quick else ""
+    print(f"report: {write_report(claims, out, title)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""FedALS (Gholami & Seferoglu; papers/003; notes/seed_003 sections 4-6): generalisation bounds on toys.
+
+Toy (notes s5): ridge regression, client k draws x ~ N(m_k, s_k^2 I), y = x^T w_k + N(0, s^2); the loss
+l(theta, z) = 1/2 (x^T theta - y)^2 + lam/2 ||theta||^2 is mu-strongly convex and L-smooth at the level of
+each empirical risk, and the population risk is closed-form, so every generalisation gap is exact per draw
+and only the expectation over data sets is Monte Carlo (vectorised over trials x clients). Uniform client
+weights K(k) = 1/K unless stated. L and mu are the max / min over every empirical risk drawn.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .claims import HOLDS, INCONCLUSIVE, VIOLATED, Claim, bound, identity, loglog_slope
+from .toys import DT, LeastSquares, _mv, make_task, save_figure
+
+PAPER = "fedals"
+
+
+def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None) -> Claim:
+    return Claim(PAPER, id, claim, where, expected, measured, verdict, float(value), details, figure)
+
+
+def _agree(diff: torch.Tensor, z: float = 3.0) -> tuple[str, float]:
+    """Monte-Carlo equality of two means from paired per-trial differences: |mean| <= z standard errors."""
+    m, se = float(diff.mean()), float(diff.std() / math.sqrt(diff.numel()))
+    zm = m / se if se > 0 else (0.0 if abs(m) < 1e-12 else math.copysign(math.inf, m))
+    return (HOLDS if abs(zm) <= z else VIOLATED), zm
+
+
+class OneRound:
+    """One-round FedAvg with local ERM (Thm 4.1) on R independent federated data sets S and copies S'.
+    theta_k = local ridge ERM, A(S) = mean_k theta_k, A(S^(k)) = A(S) with client k's data replaced by S'_k.
+    """
+
+    def __init__(self, K=5, n=50, d=5, het=0.0, noise=1.0, lam=0.1, R=1000, seed=0):
+        self.task, self.K, self.lam = make_task(K, d, het=het, noise=noise, seed=seed), K, lam
+        rng = np.random.default_rng([seed, 11])
+        self.P, self.Q = (LeastSquares(*self.task.sample(n, rng, (R,)), lam) for _ in range(2))   # S, S'
+        self.th, self.th2 = self.P.b, self.Q.b                                   # local ERMs [R, K, d]
+        self.avg = self.th.mean(-2)                                               # A(S) [R, d]
+        ev = torch.cat([torch.linalg.eigvalsh(self.P.A), torch.linalg.eigvalsh(self.Q.A)], -1)
+        self.L, self.mu = float(ev.max()), float(ev.min())
+
+    def gen(self):
+        """Per-trial Delta_A(S) = R(A(S)) - R_S(A(S))."""
+        a = self.avg
+        R_pop = self.task.risk(a).mean(-1) + 0.5 * self.lam * a.pow(2).sum(-1)
+        return R_pop - self.P.loss(self.P.at(a)).mean(-1)
+
+    def local_terms(self, theta_k):
+        """E Delta_{A_k}(S_k) and E delta_{k,A}(S) per client for local models theta_k [R, K, d]."""
+        pop_k = self.task.risk(theta_k).diagonal(dim1=-2, dim2=-1) + 0.5 * self.lam * theta_k.pow(2).sum(-1)
+        emp_k = self.P.loss(theta_k)
+        gen_k = (pop_k - emp_k).mean(0)
+        delta_k = (self.P.loss(self.P.at(self.avg)) - emp_k).mean(0)
+        return gen_k, delta_k
+
+
+def thm41_bound(L, mu, K, gen_k, delta_k):
+    """Eq. (6), uniform weights, as its two terms: (L/(mu K^2)) mean_k EDelta_k and
+    (2/K) sqrt(L/mu) mean_k sqrt(Edelta_k EDelta_k)."""
+    t1 = L / (mu * K ** 2) * gen_k.mean()
+    t2 = 2 / K * math.sqrt(L / mu) * (delta_k.clamp(min=0) * gen_k.clamp(min=0)).sqrt().mean()
+    return float(t1), float(t2)
+
+
+# ---------------------------------------------------------------------------------------------------
+def check_lemma_a1(K=5, n=50, d=5, het=1.0, R=4000, seed=0) -> Claim:
+    """Lemma A.1 / eq. (10): E Delta_A(S) = E_k E (1/n) sum_i [l(A(S), z'_ki) - l(A(S^(k)), z'_ki)]."""
+    o = OneRound(K, n, d, het=het, R=R, seed=seed)
+    swapped = o.avg.unsqueeze(-2) + (o.th2 - o.th) / K                       # A(S^(k)) [R, K, d]
+    rhs = (o.Q.loss(o.Q.at(o.avg)) - o.Q.loss(swapped)).mean(-1)             # l on z'_k, mean over k
+    verdict, z = _agree(o.gen() - rhs)
+    return _claim("A.1-loo", "generalisation error = leave-one-client-out stability (replace a client)",
+                  "Lemma A.1 / Eq. (10)", "both sides equal within Monte-Carlo error (|z| <= 3)",
+                  f"LHS {float(o.gen().mean()):.4g}, RHS {float(rhs.mean()):.4g}, z = {z:.2f} over {R} "
+                  "data sets",
+                  verdict, z, {"K": K, "n": n, "d": d, "het": het, "R": R, "lam": o.lam})
+
+
+def check_stability_22_23(K=5, n=50, d=5, het=1.0, R=500, seed=0) -> list[Claim]:
+    """(22): ||A(S) - A(S^(k))||^2 = K(k)^2 ||A_k(S_k) - A_k(S'_k)||^2 (re-averaged, not by formula);
+    (23): ||A_k(S_k) - A_k(S'_k)||^2 <= (2/mu)(R_{S'_k}(A_k(S_k)) - R_{S'_k}(A_k(S'_k))) for every draw."""
+    o = OneRound(K, n, d, het=het, R=R, seed=seed)
+    eye = torch.eye(K, dtype=DT).unsqueeze(-1)                                 # replace client k in turn
+    replaced = (o.th.unsqueeze(-3) * (1 - eye) + o.th2.unsqueeze(-3) * eye).mean(-2)   # [R, K, d]
+    lhs = (o.avg.unsqueeze(-2) - replaced).pow(2).sum(-1)
+    rhs = (o.th - o.th2).pow(2).sum(-1) / K ** 2
+    err = float(((lhs - rhs).abs() / rhs).max())
+    mu_k = torch.linalg.eigvalsh(o.Q.A)[..., 0]                              # strong convexity of R_{S'_k}
+    ratio = float((K ** 2 * rhs / (2 / mu_k * (o.Q.loss(o.th) - o.Q.loss(o.th2)))).max())
+    det = {"K": K, "n": n, "d": d, "het": het, "R": R}
+    return [_claim("eq22-avg-stability", "averaging scales a replaced client's change by K(k)", "Eq. (22)",
+                   "relative err <= 1e-10", f"max rel err {err:.1e}", identity(err), err, det),
+            _claim("eq23-strong-cvx", "local ERM stability from strong convexity", "Eq. (23)",
+                   "max ratio lhs/rhs <= 1 over all draws", f"max ratio {ratio:.3f}", bound(ratio, 1.0),
+                   ratio, det)]
+
+
+def check_thm41(Ks=(1, 2, 5, 10, 20), n=50, d=5, hets=(0.0, 1.0, 3.0), R=400, seed=0,
+                out_dir=None) -> list[Claim]:
+    """Theorem 4.1 bound (6) holds; it grows with heterogeneity; and in the iid case the generalisation error
+    and the bound fall like 1/K (slope -1) because delta_k != 0, not like the first term's 1/K^2."""
+    rows = []
+    for het in hets:
+        for K in (Ks if het == 0.0 else (5,)):
+            o = OneRound(K, n, d, het=het, R=R, seed=seed)
+            gen_k, delta_k = o.local_terms(o.th)
+            t1, t2 = thm41_bound(o.L, o.mu, K, gen_k, delta_k)
+            rows.append({"K": K, "het": het, "gen": float(o.gen().mean()), "bound": t1 + t2, "term1": t1,
+                         "term2": t2, "gen_k": float(gen_k.mean()), "delta_k": float(delta_k.mean()),
+                         "L_over_mu": o.L / o.mu})
+    ratio = max(r["gen"] / r["bound"] for r in rows)
+    iid = [r for r in rows if r["het"] == 0.0]
+    k_gen = loglog_slope([r["K"] for r in iid], [r["gen"] for r in iid])
+    k_bnd = loglog_slope([r["K"] for r in iid], [r["bound"] for r in iid])
+    k_t1 = loglog_slope([r["K"] for r in iid], [r["term1"] for r in iid])
+    het5 = [r for r in rows if r["K"] == 5]
+    grows = all(a["bound"] < b["bound"] for a, b in zip(het5, het5[1:]))
+    col = lambda key: [r[key] for r in iid]
+    fig = save_figure(out_dir, f"{PAPER}_thm41_K.png", {"E gen (iid)": (col("K"), col("gen")),
+                      "bound (6)": (col("K"), col("bound")), "first term": (col("K"), col("term1"))},
+                      xlabel="K clients", ylabel="value", title="FedALS Thm 4.1, iid, n_k fixed",
+                      ref=(-1.0, col("K"), col("gen")))
+    det = {"rows": rows, "n": n, "d": d, "R": R}
+    d_over = [r["delta_k"] / r["gen_k"] for r in iid if r["K"] > 1]
+    return [_claim("thm41-bound", "one-round FedAvg generalisation bound holds", "Thm 4.1 / Eq. (6)",
+                   "E gen <= bound in every config", f"max gen/bound {ratio:.3f} over {len(rows)} configs",
+                   bound(ratio, 1.0), ratio, det),
+            _claim("thm41-het", "the bound grows with heterogeneity (through delta)", "Thm 4.1 discussion",
+                   "bound increasing in het at K=5",
+                   "bound " + ", ".join(f"het {r['het']:g}: {r['bound']:.3g}" for r in het5),
+                   HOLDS if grows else VIOLATED, het5[-1]["bound"] / het5[0]["bound"], det),
+            _claim("thm41-iid-1/K2", "iid: averaging improves generalisation as 1/K^2 (first term is sole)",
+                   "Thm 4.1 discussion", "gen slope -2 in K (paper) vs -1 (note s4.3)",
+                   f"slopes: gen {k_gen:.2f}, bound {k_bnd:.2f}, first term {k_t1:.2f}; iid delta/Delta = "
+                   f"{min(d_over):.2f}..{max(d_over):.2f} (not 0)",
+                   HOLDS if abs(k_gen + 2) <= 0.3 else VIOLATED, k_gen, det, fig)]
+
+
+def local_sgd(o: OneRound, tau: int, b: int, eta: float, gen: torch.Generator) -> torch.Tensor:
+    """tau minibatch SGD steps on each client's regularised empirical risk from theta = 0 (eq. (5))."""
+    th = torch.zeros_like(o.th)
+    for _ in range(tau):
+        idx = torch.randint(0, o.P.m, (*th.shape[:-1], b), generator=gen)
+        th = th - eta * o.P.grad(th, idx)
+    return th
+
+
+def check_thm_b1(K=5, n=50, d=5, het=1.0, taus=(5, 50), b=4, eta=0.05, R=400, seed=0) -> Claim:
+    """Theorem B.1 (local SGD instead of ERM): E gen <= mean_k[(2L/(mu K^2))(Delta_k + 2 eps_k)
+    + sqrt(8L/mu)(1/K) sqrt(E(delta_k + eps_k) E(Delta_k + 2 eps_k))], for each tau."""
+    o = OneRound(K, n, d, het=het, R=R, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for tau in taus:
+        th = local_sgd(o, tau, b, eta, gen)
+        avg = th.mean(-2)
+        emp_k, erm_k = o.P.loss(th), o.P.loss(o.th)
+        pop_k = o.task.risk(th).diagonal(dim1=-2, dim2=-1) + 0.5 * o.lam * th.pow(2).sum(-1)
+        g_k, e_k = (pop_k - emp_k).mean(0), (emp_k - erm_k).mean(0)
+        de_k = (o.P.loss(o.P.at(avg)) - erm_k).mean(0)                          # E(delta_k + eps_k)
+        lhs = float((o.task.risk(avg).mean(-1) + 0.5 * o.lam * avg.pow(2).sum(-1)
+                     - o.P.loss(o.P.at(avg)).mean(-1)).mean())
+        a_k = (g_k + 2 * e_k).clamp(min=0)
+        rhs = float((2 * o.L / (o.mu * K ** 2) * a_k
+                     + math.sqrt(8 * o.L / o.mu) / K * (de_k.clamp(min=0) * a_k).sqrt()).mean())
+        rows.append({"tau": tau, "gen": lhs, "bound": rhs, "eps_k": float(e_k.mean())})
+    ratio = max(r["gen"] / r["bound"] for r in rows)
+    return _claim("thmB1-bound", "one-round bound with tau local SGD steps holds", "Thm B.1 / Eq. (38)",
+                  "E gen <= bound",
+                  "; ".join(f"tau {r['tau']}: {r['gen']:.3g} <= {r['bound']:.3g} (eps {r['eps_k']:.2g})"
+                            for r in rows), bound(ratio, 1.0), ratio,
+                  {"rows": rows, "K": K, "n": n, "d": d, "het": het, "b": b, "eta": eta, "R": R,
+                   "L": o.L, "mu": o.mu})
+
+
+def fedavg_rounds(task, K, tau, T, b, eta, lam, R, seed):
+    """FedAvg for T = tau x rounds single-pass steps (fresh minibatches, no reuse), R trials. Returns the
+    round-averaged per-round gap [8] of the post-aggregation model on that round's data Z_{k,r} [R], and the
+    final model's excess population risk [R]."""
+    rng = np.random.default_rng([seed, tau])
+    th = torch.zeros(R, K, task.d, dtype=DT)
+    gaps = []
+    for r in range(T // tau):
+        Xs, ys = [], []
+        for _ in range(tau):
+            X, y = task.sample(b, rng, (R,))                                       # [R, K, b, d]
+            res = (X * th.unsqueeze(-2)).sum(-1) - y
+            th = th - eta * ((X * res.unsqueeze(-1)).mean(-2) + lam * th)
+            Xs.append(X), ys.append(y)
+        avg = th.mean(-2)                                                           # post-aggregation model
+        th = avg.unsqueeze(-2).expand(R, K, task.d).clone()
+        X, y = torch.cat(Xs, -2), torch.cat(ys, -1)
+        emp = 0.5 * ((X * avg[:, None, None]).sum(-1) - y).pow(2).mean(-1)         # [R, K]
+        gaps.append((task.risk(avg) - emp).mean(-1))
+    Sigma_bar, rhs = task.Sigma.mean(0), _mv(task.Sigma, task.w_true).mean(0)
+    opt = torch.linalg.solve(Sigma_bar, rhs)
+    excess = task.risk(avg).mean(-1) - task.risk(opt).mean(-1)
+    return torch.stack(gaps).mean(0), excess
+
+
+def check_thm43_tau(K=5, d=10, T=200, b=4, eta=0.05, lam=0.0, taus=(1, 2, 5, 10, 25, 50), het=2.0, R=100,
+                    seed=0, out_dir=None) -> list[Claim]:
+    """Theorem 4.3 (eq. (8)-(9)): at fixed T = tau R and batch b, the round-averaged generalisation gap of the
+    post-aggregation models falls as tau grows (larger |Z_{k,r}|), more so for non-iid data; Remark 5.1:
+    the optimisation error grows with tau (the trade-off FedALS exploits)."""
+    out = {}
+    for h in (0.0, het):
+        task = make_task(K, d, het=h, noise=1.0, seed=seed)
+        res = [fedavg_rounds(task, K, tau, T, b, eta, lam, R, seed) for tau in taus]
+        gaps, excess = [g for g, _ in res], [e for _, e in res]
+        out[h] = {"gap": [float(g.mean()) for g in gaps],
+                  "gap_se": [float(g.std() / math.sqrt(R)) for g in gaps],
+                  "excess": [float(e.mean()) for e in excess],
+                  "excess_se": [float(e.std() / math.sqrt(R)) for e in excess]}
+    H, I = out[het], out[0.0]
+    drop = lambda s: (s["gap"][0] - s["gap"][-1]) / math.hypot(s["gap_se"][0], s["gap_se"][-1])
+    z_h, z_i = drop(H), drop(I)
+    k = loglog_slope(taus, np.clip(H["gap"], 1e-12, None))
+    dec = HOLDS if z_h > 3 and z_i > -3 and k < 0 else VIOLATED if z_h < -3 else INCONCLUSIVE
+    z_ex = (H["excess"][-1] - H["excess"][0]) / math.hypot(H["excess_se"][0], H["excess_se"][-1])
+    larger = all(a > b_ for a, b_ in zip(H["gap"], I["gap"]))
+    fig = save_figure(out_dir, f"{PAPER}_thm43_tau.png", {"gap [8], iid": (taus, I["gap"]),
+                      f"gap [8], het={het:g}": (taus, H["gap"]),
+                      f"excess risk, het={het:g}": (taus, H["excess"])},
+                      xlabel="tau (local steps per round)", ylabel="value", logy=False,
+                      title=f"FedALS Thm 4.3: T={T}, b={b}")
+    det = {"taus": list(taus), "T": T, "b": b, "eta": eta, "K": K, "d": d, "het": het, "R": R, "iid": I,
+           "non_iid": H, "z_drop_het": z_h, "z_drop_iid": z_i, "slope_het": k}
+    return [_claim("thm43-tau", "the generalisation gap [8] decreases as tau grows; larger for non-iid",
+                   "Thm 4.3 / Eq. (9), Sec. 5", "gap falls from tau=1 to tau_max (>3 SE); non-iid > iid",
+                   f"non-iid {H['gap'][0]:.3g}->{H['gap'][-1]:.3g} (z {z_h:.1f}), iid {I['gap'][0]:.3g}->"
+                   f"{I['gap'][-1]:.3g} (z {z_i:.1f}); non-iid larger: {larger}",
+                   dec if larger else VIOLATED, k, det, fig),
+            _claim("rem51-opt-tau", "the optimisation error grows with tau (non-iid): the FedALS trade-off",
+                   "Remark 5.1", "excess population risk rises from tau=1 to tau_max (>3 SE)",
+                   f"excess {H['excess'][0]:.3g}->{H['excess'][-1]:.3g} (z {z_ex:.1f})",
+                   HOLDS if z_ex > 3 else VIOLATED if z_ex < -3 else INCONCLUSIVE, z_ex, det)]
+
+
+def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[Claim]:
+    """Lemmas C.1/C.2 by exact enumeration of the participation meta-distribution P, and the participation
+    gap [71]: zero in expectation for a model fixed before sampling, but not for the aggregate of the
+    participants (the model FedAvg actually returns under partial participation)."""
+    rng = np.random.default_rng([seed, 5])
+    Kw = rng.dirichlet(np.ones(K))                                         # non-uniform weights K(k)
+    x = rng.standard_normal(K)
+    E = lambda w, v: float(np.sum(w * v))                                   # E_{k~w} v_k
+    # Case I: K_hat draws with replacement from K, weight 1/K_hat per draw (the paper's reading)
+    I_draw, I_merge = np.zeros(3), np.zeros(3)
+    for seq in itertools.product(range(K), repeat=Khat):
+        pr = np.prod(Kw[list(seq)])
+        xs = x[list(seq)]
+        I_draw += pr * np.array([xs.mean(), xs.sum() / Khat ** 2, xs.sum() / Khat ** 3])
+        w = np.bincount(seq, minlength=K) / Khat                         # duplicates merged: weight c_k/K_hat
+        I_merge += pr * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)])
+    I_claim = np.array([E(Kw, x), E(Kw, x) / Khat, E(Kw, x) / Khat ** 2])
+    # Case II: K_hat of K without replacement, uniform, weights K(k) K / K_hat
+    II = np.zeros(3)
+    subsets = list(itertools.combinations(range(K), Khat))
+    for sub in subsets:
+        w = np.zeros(K)
+        w[list(sub)] = Kw[list(sub)] * K / Khat
+        II += np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) / len(subsets)
+    II_claim = np.array([E(Kw, x), K / Khat * E(Kw, Kw * x), (K / Khat) ** 2 * E(Kw, Kw ** 2 * x)])
+    err_I, err_II = float(np.abs(I_draw - I_claim).max()), float(np.abs(II - II_claim).max())
+    err_merge = float(np.abs(I_merge - I_claim).max())
+    # participation gap (71), uniform K, Case II: fixed model vs aggregate of the participants' local ERMs
+    o = OneRound(K, n, d, het=het, R=R, seed=seed)
+    pop_k = lambda th: o.task.risk(th)                                      # [R, K]
+    fixed = o.avg
+    gap_fixed = torch.zeros(R, dtype=DT)
+    gap_agg = torch.zeros(R, dtype=DT)
+    for sub in subsets:
+        m = torch.zeros(K, dtype=DT)
+        m[list(sub)] = 1.0
+        agg = (o.th * m[:, None]).sum(-2) / Khat
+        gap_fixed += (pop_k(fixed).mean(-1) - (pop_k(fixed) * m).sum(-1) / Khat) / len(subsets)
+        gap_agg += (pop_k(agg).mean(-1) - (pop_k(agg) * m).sum(-1) / Khat) / len(subsets)
+    err_fixed = float(gap_fixed.abs().max())
+    v_agg, z_agg = _agree(gap_agg)
+    det = {"K": K, "K_hat": Khat, "weights": Kw.tolist(), "x": x.tolist(), "caseI": I_draw.tolist(),
+           "caseI_merged": I_merge.tolist(), "caseI_claim": I_claim.tolist(), "caseII": II.tolist(),
+           "caseII_claim": II_claim.tolist(), "gap_agg_mean": float(gap_agg.mean()), "z_gap_agg": z_agg,
+           "R": R}
+    return [_claim("C.1-C.2-identities", "participation-sampling identities (Case I per draw, Case II)",
+                   "Lemmas C.1, C.2 / Eqs. (63)-(70)", "exact (<= 1e-10)",
+                   f"max err Case I {err_I:.1e}, Case II {err_II:.1e}", identity(max(err_I, err_II)),
+                   max(err_I, err_II), det),
+            _claim("C.1-merged", "Case I identities with duplicates merged (the weights the average applies)",
+                   "Lemma C.1, Eq. (73)", "exact if the bound's K_hat(k)^2 used merged weights",
+                   f"max err {err_merge:.3g} (E K_hat(k)^2 terms differ)", identity(err_merge), err_merge,
+                   det),
+            _claim("eq71-gap-fixed", "participation gap has zero mean (model fixed before sampling)",
+                   "Eq. (71)", "E_P gap = 0 (<= 1e-10)", f"max |E_P gap| {err_fixed:.1e}",
+                   identity(err_fixed), err_fixed, det),
+            _claim("eq71-gap-agg", "participation gap has zero mean for the aggregate of the participants",
+                   "Eq. (71) applied to A(S) under partial participation", "E_P E_S gap = 0 (|z| <= 3)",
+                   f"mean gap {float(gap_agg.mean()):.3g}, z = {z_agg:.1f}", v_agg, z_agg, det)]
+
+
+# ---------------------------------------------------------------------------------------------------
+def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
+    claims = [check_lemma_a1(seed=seed, R=2000 if quick else 20000)]
+    claims += check_stability_22_23(seed=seed)
+    claims += check_thm41(seed=seed, R=300 if quick else 2000, out_dir=out_dir)
+    claims.append(check_thm_b1(seed=seed, R=300 if quick else 2000))
+    claims += check_thm43_tau(seed=seed, R=60 if quick else 400, out_dir=out_dir)
+    claims += check_participation(seed=seed, R=300 if quick else 2000)
+    return claims

@@ -1,0 +1,487 @@
+"""FedInit (Sun, Shen, Tao; papers/004; notes/seed_004 sections 4, 6, 7): relaxed initialisation on toys.
+
+One vectorised simulator runs Algorithm 1 for any batch of runs: each client starts from
+w^t_{i,0} = w^t + beta (w^t - w^{t-1}_{i,K}) (its *latest* local model, stale if it sat out), takes K local
+steps, and the server averages the final models (``agg="final_avg"``, Algorithm 1 line 16) or adds the mean
+update measured from the RI start (``agg="delta_from_init"``, the authors' code, notes s2.2).
+Delta^t = (1/C) sum_i ||w^{t-1}_{i,K} - w^t||^2 over ALL clients (Table 1); ``Delta_code`` is the code's
+probe over the selected clients only (notes s2.3).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .claims import HOLDS, INCONCLUSIVE, OUTSIDE, VIOLATED, Claim, bound, identity, loglog_slope, slope
+from .toys import (
+    DT,
+    HeteroQuadratics,
+    LeastSquares,
+    _mv,
+    make_quadratics,
+    make_task,
+    participation_mask,
+    save_figure,
+)
+
+PAPER = "fedinit"
+BETA_KAPPA = 1 / math.sqrt(141)      # kappa_beta = 1/(1 - 141 beta^2) > 0 (Thms 1, 4)
+BETA_GAMMA = 1 / math.sqrt(39)       # gamma_beta = 1/(1 - 39 beta^2) > 0 (Thms 6, 9, 19)
+
+
+def simulate(prob, *, beta, K: int = 10, eta=0.1, T: int = 100, N: int | None = None, batch: tuple = (1,),
+             rshape: tuple | None = None, sigma: float = 0.0, mb: int | None = None, agg: str = "final_avg",
+             decay=None, w0: torch.Tensor | None = None, seed: int = 0) -> dict:
+    """Algorithm 1 for runs of shape ``batch``; ``beta`` broadcasts to ``batch``. Randomness (participation,
+    minibatches, noise) is drawn with shape ``rshape`` (default ``batch``) and broadcast, so runs that differ
+    only in their data (stability pairs) or in beta share every draw. ``mb``: minibatch size on a
+    LeastSquares problem (None = full batch); ``sigma``: additive gradient noise; ``decay(t)``: lr factor."""
+    C, d = prob.n, prob.d
+    gen = torch.Generator().manual_seed(seed)
+    rshape = batch if rshape is None else rshape
+    beta = torch.as_tensor(beta, dtype=DT).expand(batch).unsqueeze(-1).unsqueeze(-1)     # [*batch, 1, 1]
+    w = (prob.x_star + 1.0 if w0 is None else torch.as_tensor(w0, dtype=DT)).expand(*batch, d).clone()
+    last = w.unsqueeze(-2).expand(*batch, C, d).clone()            # line 1: w^{-1}_{i,K} = w^0
+    ws, Dp, Dc = [w], [torch.zeros(batch, dtype=DT)], []
+    for t in range(T):
+        et = eta * (decay(t) if decay else 1.0)
+        m = participation_mask(rshape, C, C if N is None else N, gen).expand(*batch, C).unsqueeze(-1).to(DT)
+        n_sel = m.sum(-2)
+        x0 = w.unsqueeze(-2) + beta * (w.unsqueeze(-2) - last)       # line 6: relaxed initialisation
+        y = x0
+        for k in range(K):
+            if mb is None:
+                g = prob.grad(y)
+            else:
+                idx = torch.randint(0, prob.m, (*rshape, C, mb), generator=gen).expand(*batch, C, mb)
+                g = prob.grad(y, idx)
+            if sigma:
+                g = g + sigma * torch.randn(*rshape, C, d, generator=gen, dtype=DT)
+            y = y - et * g
+        if agg == "final_avg":
+            w = (m * y).sum(-2) / n_sel                              # line 16
+        else:
+            w = w + (m * (y - x0)).sum(-2) / n_sel                   # authors' code
+        Dc.append((m.squeeze(-1) * (y - w.unsqueeze(-2)).pow(2).sum(-1)).sum(-1) / n_sel.squeeze(-1))
+        last = torch.where(m.bool(), y, last)                        # lines 11-14
+        ws.append(w), Dp.append((last - w.unsqueeze(-2)).pow(2).sum(-1).mean(-1))
+    return {"w": torch.stack(ws), "Delta": torch.stack(Dp), "Delta_code": torch.stack(Dc), "last": last}
+
+
+def _slopes(measured: list, expected: list, tol: float, in_regime: bool = True) -> str:
+    """Several log-log slopes judged together: the worst deviation from its expected value must be <= tol."""
+    return slope(max(abs(m - e) for m, e in zip(measured, expected)), 0.0, tol, in_regime)
+
+
+def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None) -> Claim:
+    return Claim(PAPER, id, claim, where, expected, measured, verdict, float(value), details, figure)
+
+
+def _M(prob: HeteroQuadratics, eta: float, K: int) -> torch.Tensor:
+    """M_i = (I - eta A_i)^K: K local GD steps contract client i's distance to its minimiser by M_i."""
+    return torch.linalg.matrix_power(torch.eye(prob.d, dtype=DT) - eta * prob.A, K)
+
+
+def delta_inf(prob: HeteroQuadratics, beta: float, eta: float, K: int) -> float:
+    """Shared Hessian, full participation, GD (notes s6.2 M1, derived): the local residual obeys
+    e_i^t = (I - M)(c_i - c) - beta M e_i^{t-1}, so
+    Delta_inf = (1/C) sum_i ||(I + beta M)^{-1}(I - M)(c_i - c)||^2."""
+    M = _M(prob, eta, K)[0]
+    I = torch.eye(prob.d, dtype=DT)
+    e = _mv(torch.linalg.solve(I + beta * M, I - M), prob.b - prob.b.mean(0))
+    return float(e.pow(2).sum(-1).mean())
+
+
+def fixed_point(prob: HeteroQuadratics, beta, eta: float, K: int) -> torch.Tensor:
+    """Full participation, GD (notes s6.2 M3): sum_i (I + beta M_i)^{-1}(I - M_i)(c_i - w) = 0."""
+    M = _M(prob, eta, K)
+    I = torch.eye(prob.d, dtype=DT)
+    bt = torch.as_tensor(beta, dtype=DT).reshape((-1,) + (1,) * M.dim())
+    P = torch.linalg.solve(I + bt * M, I - M)                                      # [nb, ..., C, d, d]
+    return torch.linalg.solve(P.sum(-3), _mv(P, prob.b).sum(-2))
+
+
+# ---------------------------------------------------------------------------------------------------
+# exact identities and closed forms (full participation, GD)
+# ---------------------------------------------------------------------------------------------------
+def check_null_test(C=10, d=5, K=10, eta=0.1, T=60, betas=(-0.3, 0.1, 0.3, 0.6, 0.9), seed=0) -> Claim:
+    """M2: shared Hessians + full participation + GD: the global trajectory is exactly beta-invariant
+    (the RI offsets average to zero). The same run with distinct Hessians shows the test has teeth."""
+    out = {}
+    for shared in (True, False):
+        prob = make_quadratics(C, d, shared=shared, L=1.0, mu=0.1, seed=seed)
+        r = simulate(prob, beta=torch.tensor((0.0,) + tuple(betas), dtype=DT), K=K, eta=eta, T=T,
+                     batch=(len(betas) + 1,), seed=seed)
+        out[shared] = float((r["w"][:, 1:] - r["w"][:, :1]).abs().max())
+    err = out[True]
+    return _claim("M2-null", "with shared Hessians, full participation and GD, w^t does not depend on beta",
+                  "notes/seed_004 s6.2 M2, s7.12", "max_t |w^t(beta) - w^t(0)| ~ 1e-16",
+                  f"max diff {err:.1e} (distinct Hessians: {out[False]:.2g})", identity(err), err,
+                  {"C": C, "d": d, "K": K, "eta": eta, "T": T, "betas": list(betas),
+                   "distinct_hessian_diff": out[False]})
+
+
+def check_delta_inf(C=10, d=5, K=10, eta=0.1, T=250, betas=(-0.3, 0.0, 0.1, 0.3, 0.6, 0.9), seed=0,
+                    out_dir=None) -> list[Claim]:
+    """M1: simulated Delta^T matches the closed form Delta_inf(beta) (beta < 1/||M||), which decreases on
+    [0, 1): RI lowers the divergence, negative beta raises it (Fig. 2, s7.1)."""
+    prob = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
+    r = simulate(prob, beta=torch.tensor(betas, dtype=DT), K=K, eta=eta, T=T, batch=(len(betas),), seed=seed)
+    sim = r["Delta"][-1].numpy()
+    closed = np.array([delta_inf(prob, b, eta, K) for b in betas])
+    err = float(np.abs(sim - closed).max() / closed.max())
+    i0 = betas.index(0.0)
+    pos, neg = [i for i, b in enumerate(betas) if b > 0], [i for i, b in enumerate(betas) if b < 0]
+    dec = bool(np.all(np.diff(closed[i0:]) < 0)) and all(sim[i] < sim[i0] for i in pos)
+    up = all(sim[i] > sim[i0] for i in neg)
+    fig = save_figure(out_dir, f"{PAPER}_delta_inf.png", {"simulated Delta^T": (betas, sim),
+                      "closed form Delta_inf": (betas, closed)}, xlabel="beta", ylabel="divergence Delta",
+                      title="FedInit divergence vs beta (shared A, GD)", logx=False)
+    rho = float(torch.linalg.matrix_norm(_M(prob, eta, K)[0], 2))
+    det = {"C": C, "d": d, "K": K, "eta": eta, "T": T, "betas": list(betas), "sim": sim.tolist(),
+           "closed": closed.tolist(), "norm_M": rho, "regime": "|beta| ||M|| < 1", "in_regime":
+           bool(max(abs(b) for b in betas) * rho < 1)}
+    return [_claim("M1-delta-inf", "closed-form divergence Delta_inf(beta) (shared A, full part., GD)",
+                   "notes/seed_004 s6.2 M1 (derived)", "relative err <= 1e-10", f"max rel err {err:.1e}",
+                   identity(err), err, det),
+            _claim("M1-divergence-beta", "beta > 0 lowers the divergence Delta, beta < 0 raises it",
+                   "Fig. 2, s7.1", "Delta_inf decreasing on [0,1); above beta=0 for beta<0",
+                   "Delta_inf " + ", ".join(f"{b:g}:{v:.3g}" for b, v in zip(betas, closed)),
+                   HOLDS if dec and up else VIOLATED, closed[-1] / closed[i0], det, fig)]
+
+
+def check_fixed_point_bias(C=10, d=5, K=10, eta=0.05, betas=(-0.3, 0.0, 0.1, 0.3, 0.5, 0.9), seed=0,
+                           out_dir=None) -> list[Claim]:
+    """M3: distinct Hessians, full participation, GD. The closed-form fixed point is stationary under one
+    round, and FedAvg's fixed-point bias ||w_inf - w*|| shrinks as beta grows (RI re-weights clients)."""
+    prob = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, seed=seed)
+    ws = fixed_point(prob, torch.tensor(betas, dtype=DT), eta, K)                 # [nb, d]
+    M, I = _M(prob, eta, K), torch.eye(d, dtype=DT)
+    bt = torch.tensor(betas, dtype=DT).reshape(-1, 1, 1, 1)
+    e = _mv(torch.linalg.solve(I + bt * M, I - M), prob.b - ws.unsqueeze(-2))   # residuals at the fixed point
+    state = {"w": ws, "last": ws.unsqueeze(-2) + e}
+    r = _one_round(prob, state, torch.tensor(betas, dtype=DT), K, eta)
+    err = float((r["w"] - ws).abs().max() + (r["last"] - state["last"]).abs().max())
+    bias = (ws - prob.x_star).norm(dim=-1).numpy()
+    i0 = betas.index(0.0)
+    dec = bool(np.all(np.diff(bias[i0:]) < 0))
+    fig = save_figure(out_dir, f"{PAPER}_fixed_point_bias.png", {"||w_inf - w*||": (betas, bias)},
+                      xlabel="beta", ylabel="fixed-point bias", title="FedInit fixed point (distinct A, GD)",
+                      logx=False)
+    det = {"C": C, "d": d, "K": K, "eta": eta, "L": prob.L, "mu": prob.mu, "betas": list(betas),
+           "bias": bias.tolist()}
+    return [_claim("M3-fixed-point", "closed-form FedInit fixed point sum_i (I+bM_i)^-1 (I-M_i)(c_i-w) = 0",
+                   "notes/seed_004 s6.2 M3 (derived)", "one round moves it <= 1e-10", f"max move {err:.1e}",
+                   identity(err), err, det),
+            _claim("M3-bias-beta", "RI shrinks FedAvg's fixed-point bias as beta grows (full part., GD)",
+                   "notes/seed_004 s6.2 M3", "||w_inf - w*|| decreasing in beta >= 0",
+                   "bias " + ", ".join(f"{b:g}:{v:.3g}" for b, v in zip(betas, bias)),
+                   HOLDS if dec else VIOLATED, bias[-1] / bias[i0], det, fig)]
+
+
+def _one_round(prob, state, beta, K, eta):
+    """One full-participation GD round of Algorithm 1 from an explicit state (w, last local models)."""
+    w, last = state["w"], state["last"]
+    y = w.unsqueeze(-2) + beta.reshape(-1, 1, 1) * (w.unsqueeze(-2) - last)
+    for _ in range(K):
+        y = y - eta * prob.grad(y)
+    return {"w": y.mean(-2), "last": y}
+
+
+def round_map_jacobians(prob, K: int, eta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full-participation round map on the state (w, last_1..C) is affine with Jacobian J0 + beta J1
+    (the RI start point is linear in beta, the K GD steps linear in it); returns (J0, J1) by autograd."""
+    C, d = prob.n, prob.d
+
+    def jac(beta):
+        def step(s):
+            r = _one_round(prob, {"w": s[:d].unsqueeze(0), "last": s[d:].reshape(1, C, d)},
+                           torch.tensor([beta], dtype=DT), K, eta)
+            return torch.cat([r["w"].reshape(-1), r["last"].reshape(-1)])
+        return torch.func.jacrev(step)(torch.zeros((C + 1) * d, dtype=DT))
+    J0 = jac(0.0)
+    return J0, jac(1.0) - J0
+
+
+def radius(J0, J1, beta: float) -> float:
+    return float(torch.linalg.eigvals(J0 + beta * J1).abs().max())
+
+
+def check_beta_threshold(C=10, d=5, K=10, eta=0.05, seed=0) -> Claim:
+    """Fig. 1(b) / s7.3: FedInit is stable for small beta and diverges above a threshold. Exact: the spectral
+    radius of the linear round map (full participation, GD, distinct Hessians), threshold by bisection."""
+    prob = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, seed=seed)
+    J0, J1 = round_map_jacobians(prob, K, eta)
+    lo, hi = 0.0, 4.0
+    if radius(J0, J1, hi) < 1:
+        return _claim("beta-threshold", "training diverges above a beta threshold", "Fig. 1(b)",
+                      "finite threshold", f"stable up to beta = {hi}", INCONCLUSIVE, hi,
+                      {"C": C, "K": K, "eta": eta})
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if radius(J0, J1, mid) < 1 else (lo, mid)
+    rho_proven = radius(J0, J1, BETA_KAPPA)
+    Mmax = float(torch.linalg.matrix_norm(_M(prob, eta, K), 2).max())
+    return _claim("beta-threshold", "stable within the proven range, diverges above a threshold",
+                  "Fig. 1(b), Thms 1/4 (beta < 1/sqrt(141))",
+                  "rho < 1 at beta=0.084; finite threshold ~ 1/||M||",
+                  f"threshold beta* = {lo:.4f} (1/max||M_i|| = {1 / Mmax:.3f}); "
+                  f"rho(0.084) = {rho_proven:.4f}",
+                  HOLDS if rho_proven < 1 else VIOLATED, lo,
+                  {"C": C, "d": d, "K": K, "eta": eta, "threshold": lo, "rho_at_proven_max": rho_proven,
+                   "inv_max_norm_M": 1 / Mmax, "proven_beta_max": BETA_KAPPA})
+
+
+# ---------------------------------------------------------------------------------------------------
+# divergence floors and the interpolation rate
+# ---------------------------------------------------------------------------------------------------
+def check_floors(C=10, d=5, K=10, etas=(0.0025, 0.005, 0.01, 0.02), Ks=(5, 10, 20, 40), beta=0.1, sigma=0.5,
+                 T=150, R=8, seed=0, out_dir=None) -> list[Claim]:
+    """Remark 18 / s7.11: with a constant lr Delta plateaus; the plateau ~ eta^2, and ~ K^2 when client
+    heterogeneity dominates (closed form, GD) but ~ K when gradient noise dominates (iid clients + SGD)."""
+    het = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
+    iid = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, spread=0.0, seed=seed)
+    eta0 = etas[1]
+    h_eta = [delta_inf(het, beta, e, Ks[1]) for e in etas]
+    h_K = [delta_inf(het, beta, eta0, k) for k in Ks]
+    noise = lambda e, k: float(simulate(iid, beta=beta, K=k, eta=e, T=T, batch=(R,), sigma=sigma,
+                                        seed=seed, w0=iid.x_star)["Delta"][T // 2:].mean())
+    n_eta = [noise(e, Ks[1]) for e in etas]
+    n_K = [noise(eta0, k) for k in Ks]
+    s = {"het_eta": loglog_slope(etas, h_eta), "noise_eta": loglog_slope(etas, n_eta),
+         "het_K": loglog_slope(Ks, h_K), "noise_K": loglog_slope(Ks, n_K)}
+    fig = save_figure(out_dir, f"{PAPER}_floors.png", {"het vs eta (K=10)": (etas, h_eta),
+                      "noise vs eta (K=10)": (etas, n_eta)}, xlabel="eta", ylabel="Delta plateau",
+                      title="FedInit divergence floors", ref=(2.0, etas, h_eta))
+    fig2 = save_figure(out_dir, f"{PAPER}_floors_K.png", {"het vs K": (Ks, h_K), "noise vs K": (Ks, n_K)},
+                       xlabel="K", ylabel="Delta plateau", title="FedInit divergence floors vs K")
+    det = {"slopes": s, "etas": list(etas), "Ks": list(Ks), "beta": beta, "sigma": sigma, "het_eta": h_eta,
+           "noise_eta": n_eta, "het_K": h_K, "noise_K": n_K, "eta_K_L_max": max(etas) * Ks[1],
+           "regime": "small eta K L (<= 0.25)"}
+    small = max(max(etas) * Ks[1], eta0 * max(Ks)) * het.L <= 0.25
+    return [_claim("floor-eta2", "constant lr: the divergence has a floor ~ eta^2", "Thm 17 / Remark 18",
+                   "slope 2 in eta (heterogeneity and noise parts)",
+                   f"slopes {s['het_eta']:.2f} (het), {s['noise_eta']:.2f} (noise)",
+                   _slopes([s["het_eta"], s["noise_eta"]], [2, 2], 0.2, small), s["het_eta"],
+                   det, fig),
+            _claim("floor-K", "floor ~ K^2 when heterogeneity dominates, ~ K when noise dominates",
+                   "notes/seed_004 s6.2 M6 (6K sigma_g^2 in sigma)", "slopes 2 (het) and 1 (noise) in K",
+                   f"slopes {s['het_K']:.2f} (het), {s['noise_K']:.2f} (noise)",
+                   _slopes([s["het_K"], s["noise_K"]], [2, 1], 0.25, small), s["het_K"], det,
+                   fig2)]
+
+
+def _zeta(a2, b2, eta, K, L, beta):
+    """Lemma 26's bracket zeta = 1/2 - 6a^2b^2 eta K L - 114 g_b a^2b^2 eta K L beta^2 - 6a^2b^2 eta^2K^2L^2
+    (notes s4.3, OCR-repaired); g_b = 1/(1 - 39 beta^2)."""
+    gam = 1 / (1 - 39 * beta ** 2) if abs(beta) < BETA_GAMMA else math.inf
+    x = a2 * b2 * eta * K * L
+    return 0.5 - 6 * x - 114 * gam * x * beta ** 2 - 6 * x * eta * K * L, gam
+
+
+def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200, seed=0) -> Claim:
+    """Theorem 19 (A1, A4, A6): (1/T) sum_t Delta^t <= 114 g_b a^2 b^2 eta K D / (zeta T). Interpolation toy:
+    distinct Hessians with one shared minimiser, GD (a = 1), b^2 = max_i ||A_i A_bar^-1||^2 exactly (A6 on
+    all of R^d). eta is set so that zeta = zeta_target at beta = 0; regime: beta < 1/sqrt(39), zeta > 0."""
+    base = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, spread=0.0, seed=seed)
+    prob = HeteroQuadratics(base.A, torch.ones(C, d, dtype=DT))            # shared optimum c_i = 1
+    L, a2 = prob.L, 1.0
+    b2 = float(torch.linalg.matrix_norm(prob.A @ torch.linalg.inv(prob.A_bar), 2).max() ** 2)
+    x = (0.5 - zeta_target) / (12 * a2 * b2)                            # ~ eta K L with zeta(beta=0) ~ target
+    eta = x / (K * L)
+    zeta, gam = _zeta(a2, b2, eta, K, L, beta)
+    w0 = torch.zeros(d, dtype=DT)
+    r = simulate(prob, beta=beta, K=K, eta=eta, T=T, seed=seed, w0=w0)
+    D = float(prob.f(w0) - prob.f_star)
+    lhs = float(r["Delta"][:T].mean())
+    rhs = 114 * gam * a2 * b2 * eta * K * D / (zeta * T) if zeta > 0 else math.inf
+    in_regime = abs(beta) < BETA_GAMMA and zeta > 0
+    return _claim("thm19-interp", "interpolation: mean_t Delta^t <= 114 g a^2 b^2 eta K D/(zeta T) = O(1/T)",
+                  "Thm 19 / Eq. (12)", "LHS <= RHS", f"LHS {lhs:.3g} vs RHS {rhs:.3g} (zeta {zeta:.3f})",
+                  bound(lhs, rhs) if in_regime else OUTSIDE, lhs / rhs,
+                  {"a2": a2, "b2": b2, "zeta": zeta, "gamma_beta": gam, "beta": beta, "eta": eta, "K": K,
+                   "L": L, "D": D, "T": T, "regime": "beta < 1/sqrt(39), zeta > 0", "in_regime": in_regime,
+                   "constants_note": "zeta from the OCR-repaired Lemma 26 bracket"})
+
+
+# ---------------------------------------------------------------------------------------------------
+# generalisation: uniform stability and the E_O / E_G split
+# ---------------------------------------------------------------------------------------------------
+def _stability_problem(C, S, d, pairs, seed):
+    """Neighbouring datasets (notes s6.2 M4): pair p replaces sample j* of client i* by a fresh draw.
+    Returns LeastSquares with X [2, 1, P, C, S, d] (0 = original, 1 = neighbour; 1 = the beta axis)."""
+    task = make_task(C, d, het=1.0, noise=0.5, seed=seed)
+    rng = np.random.default_rng([seed, 7])
+    X, y = task.sample(S, rng, (pairs,))
+    Xn, yn = X.clone(), y.clone()
+    Xf, yf = task.sample(1, rng, (pairs,))
+    i_star, j_star = rng.integers(0, C, pairs), rng.integers(0, S, pairs)
+    for p in range(pairs):
+        Xn[p, i_star[p], j_star[p]], yn[p, i_star[p], j_star[p]] = Xf[p, i_star[p], 0], yf[p, i_star[p], 0]
+    return LeastSquares(torch.stack([X, Xn]).unsqueeze(1), torch.stack([y, yn]).unsqueeze(1), 0.0, task), task
+
+
+def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0.1), N=4, c=0.2, seed=0,
+                    out_dir=None) -> list[Claim]:
+    """M4: coupled runs on neighbouring data sets (same participation and minibatch draws for every pair and
+    beta), SGD with batch 1 and eta_t = c/(L t) as Theorem 12 assumes, N of C clients per round. Measures
+    eps = mean over pairs of sup_z |f(w^T;z) - f(w~^T;z)| on a probe pool, per beta, for Algorithm 1's
+    aggregation (judged) and the code's (reported). Remark 14 says eps falls with beta; Theorem 15's
+    exp(2 sum beta) and the proof's (1 + 2beta) step say it rises. Theorem 12's (8) is evaluated at
+    betas[0]."""
+    prob, task = _stability_problem(C, S, d, pairs, seed)
+    nb, L = len(betas), prob.L_sample
+    bt = torch.tensor(betas, dtype=DT).reshape(1, nb, 1)
+    Xp, yp = task.sample(50, np.random.default_rng([seed, 9]))            # probe pool, 50 points per client
+    Xp, yp = Xp.reshape(-1, d), yp.reshape(-1)
+    loss = lambda v: 0.5 * ((v @ Xp.T) - yp).pow(2)                        # [..., pool]
+    runs = {agg: simulate(prob, beta=bt, K=K, eta=c / L, T=T, N=N, batch=(2, nb, pairs), rshape=(1, pairs),
+                          mb=1, decay=lambda t: 1.0 / (t + 1), seed=seed, w0=torch.zeros(d, dtype=DT),
+                          agg=agg)
+            for agg in ("final_avg", "delta_from_init")}
+    eps = {agg: (loss(r["w"][-1, 0]) - loss(r["w"][-1, 1])).abs().max(-1).values.mean(-1).numpy()
+           for agg, r in runs.items()}
+    r, e = runs["final_avg"], eps["final_avg"]
+    # Theorem 12, eq. (8) before balancing, minimised over t0, constants sup'd along the run (original data)
+    traj = r["w"][:, 0, 0]                                                # [T+1, P, d]
+    U = float(loss(traj).max())
+    LG = float(((traj @ Xp.T - yp).abs().unsqueeze(-1) * Xp.norm(dim=-1).unsqueeze(-1)).max())
+    X0, y0 = prob.X[0, 0], prob.y[0, 0]                                   # [P, C, S, d]
+    g = X0 * ((X0 * traj[:, :, None, None]).sum(-1) - y0).unsqueeze(-1)   # per-sample grads [T+1, P, C, S, d]
+    sl = float((g - g.mean(-2, keepdim=True)).pow(2).sum(-1).mean(-1).sqrt().max())
+    cKL, b0, t0s = c * K, betas[0], np.arange(1, T + 1)
+    rhs = N * U * K * t0s / (C * S) + 2 * sl * LG / ((1 + 2 * b0) * C * S * L) * (T / t0s) ** cKL
+    rhs = float(np.min(rhs))
+    in_regime = b0 == 0.0               # the balancing step needs 2 beta <= phi(t-1)/phi(t) - 1 -> 0
+    rel = float(e[-1] / e[0] - 1)
+    up = HOLDS if rel > 0.01 else VIOLATED if rel < -0.01 else INCONCLUSIVE
+    down = {HOLDS: VIOLATED, VIOLATED: HOLDS}.get(up, up)
+    fig = save_figure(out_dir, f"{PAPER}_stability.png", {f"eps, {a}": (betas, v) for a, v in eps.items()},
+                      xlabel="beta", ylabel="sup_z |f(w;z) - f(w~;z)|", logx=False,
+                      title=f"FedInit uniform stability (N={N}/{C}, SGD b=1)")
+    det = {"C": C, "S": S, "d": d, "K": K, "T": T, "N": N, "pairs": pairs, "betas": list(betas),
+           "eps_final_avg": e.tolist(), "eps_code_agg": eps["delta_from_init"].tolist(),
+           "eta_t": f"{c}/(L t)",
+           "L_sample": L, "U": U, "L_G": LG, "sigma_l": sl, "cKL": cKL}
+    show = lambda v: ", ".join(f"{b:g}:{x:.3g}" for b, x in zip(betas, v))
+    return [_claim("thm12-bound", "uniform stability bound (8) holds", "Thm 12 / Eq. (8)",
+                   "eps <= min_t0 [N U K t0/(CS) + 2 sl LG/((1+2b) CSL) (T/t0)^cKL]",
+                   f"eps {e[0]:.3g} vs bound {rhs:.3g} at beta={b0}", bound(float(e[0]), rhs, in_regime),
+                   float(e[0]) / rhs, {**det, "bound": rhs, "in_regime": in_regime,
+                                       "regime": "2 beta <= phi(t-1)/phi(t) - 1 (beta -> 0 as eta = c/t)"}),
+            _claim("stab-beta-remark14", "a small positive beta improves stability by (1+2b)^(-1/(1+cKL))",
+                   "Thm 12, Remark 14", "eps decreasing in beta",
+                   f"Alg. 1: eps {show(e)} ({100 * rel:+.1f}%); code agg: {show(eps['delta_from_init'])}",
+                   down, rel, det, fig),
+            _claim("stab-beta-thm15", "RI's exp(2 sum beta_t) factor: stability worsens with beta",
+                   "Thm 15 / Eq. (9), (1+2beta) recursion", "eps increasing in beta",
+                   f"Alg. 1 eps change {100 * rel:+.1f}% from beta={betas[0]} to {betas[-1]}", up, rel, det)]
+
+
+def check_amplification(C=10, S=20, d=5, K=5, T=40, pairs=8, beta=0.3, c=0.2, seed=0) -> Claim:
+    """The RI step of the stability proof: delta^t_0 <= (1 + 2beta) delta^{t-1}_K with delta the client-mean
+    parameter distance between the coupled runs (full participation, triangle inequality), every round."""
+    prob, _ = _stability_problem(C, S, d, pairs, seed)
+    worst = 0.0
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.zeros(2, 1, pairs, d, dtype=DT)
+    last = w.unsqueeze(-2).expand(2, 1, pairs, C, d).clone()
+    for t in range(T):
+        x0 = w.unsqueeze(-2) + beta * (w.unsqueeze(-2) - last)
+        dK_prev = (last[0] - last[1]).norm(dim=-1).mean(-1)
+        d0 = (x0[0] - x0[1]).norm(dim=-1).mean(-1)
+        if t > 0:
+            worst = max(worst, float((d0 / dK_prev).max()))
+        y = x0
+        for _ in range(K):
+            idx = torch.randint(0, S, (1, 1, pairs, C, 1), generator=gen).expand(2, 1, pairs, C, 1)
+            y = y - c / prob.L_sample * prob.grad(y, idx)
+        w, last = y.mean(-2), y
+    return _claim("stab-RI-step", "RI amplifies the coupled-run distance by at most (1+2beta) per round",
+                  "App. B, proof of Thm 12",
+                  f"max_t delta_0^t / delta_K^(t-1) <= 1 + 2beta = {1 + 2 * beta:g}",
+                  f"max ratio {worst:.4f}", bound(worst, 1 + 2 * beta), worst,
+                  {"beta": beta, "C": C, "K": K, "T": T, "pairs": pairs})
+
+
+def check_lemma27(C=20, S=40, N=4, K=10, B=1, t0s=(1, 2, 5, 10), sims=20000, seed=0) -> Claim:
+    """Lemma 27: P(client i* uses sample j* within the first t0 rounds) <= N K B t0/(C S), Monte Carlo."""
+    gen = torch.Generator().manual_seed(seed)
+    T = max(t0s)
+    sel = participation_mask((sims, T), C, N, gen)[..., 0]                # is client 0 active, [sims, T]
+    hit = (torch.randint(0, S, (sims, T, K * B), generator=gen) == 0).any(-1) & sel
+    first = torch.cumsum(hit, 1) > 0
+    p = [float(first[:, t - 1].to(DT).mean()) for t in t0s]
+    lim = [N * K * B * t / (C * S) for t in t0s]
+    ratio = max(pi / li for pi, li in zip(p, lim))
+    se = math.sqrt(p[-1] * (1 - p[-1]) / sims)
+    return _claim("L27-touch-prob", "P(differing sample used before round t0) <= N K B t0/(CS)", "Lemma 27",
+                  "ratio <= 1 (tight for small t0 when B = 1)",
+                  "P " + ", ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(p, lim)) + f" (MC se {se:.3f})",
+                  bound(max(pi - li - 3 * se for pi, li in zip(p, lim)), 0.0), ratio,
+                  {"C": C, "S": S, "N": N, "K": K, "B": B, "t0s": list(t0s), "p": p, "bound": lim,
+                   "sims": sims})
+
+
+def check_excess_risk_split(C=10, m=20, d=5, K=10, eta=0.05, betas=(0.0, 0.1, 0.3), datasets=50,
+                            seed=0) -> list[Claim]:
+    """Abstract / M7: 'the optimisation error is insensitive to beta; beta mainly moves generalisation', and
+    RI improves generalisation. Full participation GD at the closed-form fixed point on least squares: exact
+    E_O = f(w) - f* and E_G = F(w) - f(w) per data set, averaged over ``datasets`` draws."""
+    task = make_task(C, d, het=1.0, noise=1.0, scale_spread=0.5, seed=seed)
+    X, y = task.sample(m, np.random.default_rng([seed, 3]), (datasets,))
+    prob = LeastSquares(X, y, 0.0, task)
+    ws = torch.stack([fixed_point(prob, b, eta, K)[0] for b in betas])      # [nb, datasets, d]
+    E_O = (prob.empirical_risk(ws) - prob.empirical_risk(prob.x_star)).mean(-1).numpy()
+    E_G = (prob.population_risk(ws) - prob.empirical_risk(ws)).mean(-1).numpy()
+    se_G = float((prob.population_risk(ws[-1]) - prob.empirical_risk(ws[-1])
+                  - prob.population_risk(ws[0]) + prob.empirical_risk(ws[0])).std() / math.sqrt(datasets))
+    dO, dG = float(E_O[-1] - E_O[0]), float(E_G[-1] - E_G[0])
+    det = {"betas": list(betas), "E_O": E_O.tolist(), "E_G": E_G.tolist(), "C": C, "m": m, "d": d, "K": K,
+           "eta": eta, "datasets": datasets, "se_dE_G": se_G}
+    txt = (f"E_O {E_O[0]:.4g}->{E_O[-1]:.4g} ({100 * dO / E_O[0]:+.0f}%), E_G {E_G[0]:.4g}->{E_G[-1]:.4g} "
+           f"({100 * dG / E_G[0]:+.0f}%), beta {betas[0]}->{betas[-1]}")
+    gen_better = HOLDS if dG < -2 * se_G else VIOLATED if dG > 2 * se_G else INCONCLUSIVE
+    return [_claim("EO-EG-split", "optimisation error insensitive to beta; beta mainly moves generalisation",
+                   "Abstract, s4.1", "|dE_G| > |dE_O| across beta", txt,
+                   HOLDS if abs(dG) > abs(dO) else VIOLATED,
+                   abs(dO) / max(abs(dG), 1e-300), det),
+            _claim("EG-beta", "RI improves generalisation: E_G falls as beta grows", "Abstract, Thm 12",
+                   "dE_G < 0 (beyond 2 SE over data sets)", txt, gen_better, dG, det)]
+
+
+def check_thm1_ri_term(C=20, d=5, K=10, N=5, eta=0.015, beta=0.05, T=100, sigma=0.3, seed=0) -> Claim:
+    """Theorem 1's RI term -13 b^2 k_b L Delta^T/(lambda N eta K T) 'has the same magnitude as the D-term'
+    D/(lambda eta K T): their ratio 13 b^2 k_b L Delta^T/(N D) measured on a T2 run (regime beta < 0.084)."""
+    prob = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, seed=seed)
+    r = simulate(prob, beta=beta, K=K, eta=eta, T=T, N=N, sigma=sigma, seed=seed)
+    D = float(prob.f(r["w"][0, 0]) - prob.f_star)
+    kb = 1 / (1 - 141 * beta ** 2) if abs(beta) < BETA_KAPPA else math.inf
+    ratio = 13 * beta ** 2 * kb * prob.L * float(r["Delta"][-1, 0]) / (N * D)
+    in_regime = abs(beta) < BETA_KAPPA and eta <= 1 / (N * K * prob.L)
+    ok = 0.1 <= ratio <= 10
+    return _claim("thm1-RI-term", "RI's negative term in Thm 1 is as large as the D-term", "Thm 1 / Eq. (3)",
+                  "ratio in [0.1, 10]",
+                  f"ratio {ratio:.2e} (Delta^T {float(r['Delta'][-1, 0]):.3g}, D {D:.3g})",
+                  (HOLDS if ok else VIOLATED) if in_regime else OUTSIDE, ratio,
+                  {"beta": beta, "kappa_beta": kb, "N": N, "K": K, "eta": eta, "L": prob.L, "D": D, "T": T,
+                   "regime": "beta < 1/sqrt(141), eta <= 1/(NKL)", "in_regime": in_regime})
+
+
+# ---------------------------------------------------------------------------------------------------
+def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
+    claims = [check_null_test(seed=seed)]
+    claims += check_delta_inf(seed=seed, out_dir=out_dir)
+    claims += check_fixed_point_bias(seed=seed, out_dir=out_dir)
+    claims.append(check_beta_threshold(seed=seed))
+    claims += check_floors(seed=seed, out_dir=out_dir, T=100 if quick else 300, R=4 if quick else 16)
+    claims.append(check_interpolation_thm19(seed=seed))
+    claims.append(check_thm1_ri_term(seed=seed))
+    claims.append(check_lemma27(seed=seed))
+    claims.append(check_amplification(seed=seed))
+    claims += check_stability(seed=seed, out_dir=out_dir, T=60 if quick else 300, pairs=8 if quick else 24)
+    claims += check_excess_risk_split(seed=seed)
+    return claims

@@ -1,0 +1,489 @@
+"""FedLESAM (Fan et al. 2024, papers/001; notes/seed_001 sections 2, 6, 7): its theory checked on toys.
+
+One client-vectorised simulator runs Algorithm 1 (FedAvg, FedSAM, FedLESAM) on any ``ClientProblem``:
+E local steps of size eta_l, server step w^{t+1} = w^t + eta_g mean_S(w_i - w^t) (the mean, notes s8 item 5).
+FedSAM's ascent uses the step's own stochastic gradient and the same noise draw for the descent gradient
+("same minibatch"); FedLESAM's perturbation rho (w_i^old - w^t)/||w_i^old - w^t|| is constant within the
+round, with w_i^old per client (paper) or the last global update for everyone (``w_old="global"``, the
+code), and no perturbation on a client's first participation (the default of notes s2.5; ``first="literal"``
+uses w_i^old = 0). Stochastic gradients are exact gradients plus N(0, sigma^2 I) noise.
+
+Each ``check_<id>`` builds its toy from its arguments, measures, and computes its verdict with ``claims``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .claims import HOLDS, VIOLATED, Claim, bound, identity, loglog_slope, slope
+from .fedsmoo import active_masks, cos, flatness_runs, flatness_text, judge, per_run, unit
+from .toys import DT, make_quadratics, save_figure
+from .toys_nonconvex import make_sharp_flat
+
+PAPER = "fedlesam"
+
+
+def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l=0.05, eta_g=1.0, rho=0.05,
+             n_active: int | None = None, sigma: float = 0.0, w_old: str = "paper", first: str = "zero",
+             w0: torch.Tensor | None = None, seed: int = 0, probe: bool = False) -> dict:
+    """Algorithm 1 of FedLESAM for FedAvg / FedSAM / FedLESAM; ``rho``, ``eta_l``, ``eta_g`` may hold one
+    value per run (then w0 is [B, d]). Returns w [T+1, ..., d]; D [T, ..., E] (Lemma 2:
+    (1/|S|) sum_i ||delta_{i,k} - delta_{i,0}||^2); drift [T, ..., E] (Lemma 4:
+    (1/|S|) sum_i ||w_{i,k} - w^t||^2); active [T, m]; with ``probe`` also PD [T] (Sec. 4.1 with unit
+    vectors: (1/(2|S|E)) sum_{k,i} ||unit grad F(w_{g,k}) - unit delta_{i,k}||, w_{g,k} the virtual global
+    model) and est: (round, client,
+    staleness, cos(w_i^old - w^t, grad F(w^t))) for every participation with a stored w_i^old."""
+    if method not in ("fedavg", "fedsam", "fedlesam"):
+        raise ValueError(f"unknown method {method!r}; choose fedavg, fedsam or fedlesam")
+    m, d = prob.n, prob.d
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.zeros(d, dtype=DT) if w0 is None else torch.as_tensor(w0, dtype=DT).clone()
+    batch = w.shape[:-1]
+    rho, eta_l, eta_g = (per_run(v, batch) for v in (rho, eta_l, eta_g))
+    rho, eta_li = (v.unsqueeze(-1) if v.dim() else v for v in (rho, eta_l))      # per client row
+    old = torch.zeros(*batch, m, d, dtype=DT)                   # w_i^old (0 = the paper's initialisation)
+    last = torch.full((m,), -1)                                 # round of each client's last participation
+    w_prev = None
+    masks = active_masks(m, n_active, T, seed)
+    ws, Ds, drifts, pds, est = [w], [], [], [], []
+    for t in range(T):
+        act = masks[t]
+        x = w.unsqueeze(-2).expand(*batch, m, d).clone()
+        if method == "fedlesam":                                 # eq. (3), constant during the round
+            ref = old if w_old == "paper" else (w if w_prev is None else w_prev).unsqueeze(-2)
+            delta_c = rho * unit(ref - w.unsqueeze(-2)).expand(*batch, m, d)
+            seen = (last >= 0) if w_old == "paper" else torch.full((m,), w_prev is not None)
+            if first == "zero":
+                delta_c = torch.where(seen.unsqueeze(-1), delta_c, torch.zeros_like(delta_c))
+            if probe and w_old == "paper":
+                c = cos(ref - w.unsqueeze(-2), prob.grad_f(w).unsqueeze(-2)).reshape(-1, m).mean(0)
+                est += [(t, i, t - int(last[i]), float(c[i])) for i in range(m) if act[i] and last[i] >= 0]
+        D_k, dr_k, pd = [], [], 0.0
+        for k in range(E):
+            xi = sigma * torch.randn(*batch, m, d, generator=gen, dtype=DT) if sigma else 0.0
+            if method == "fedavg":
+                delta = torch.zeros_like(x)
+            elif method == "fedsam":
+                delta = rho * unit(prob.grad(x) + xi)
+            else:
+                delta = delta_c
+            if k == 0:
+                delta0 = delta
+            D_k.append((delta - delta0).pow(2).sum(-1)[..., act].mean(-1))
+            if probe and method != "fedavg":
+                wg = w + eta_g * (x - w.unsqueeze(-2))[..., act, :].mean(-2)       # virtual global model
+                gap = (unit(prob.grad_f(wg)).unsqueeze(-2) - unit(delta)).norm(dim=-1)
+                pd = pd + float(gap[..., act].mean()) / (2 * E)
+            x = x - eta_li * (prob.grad(x + delta) + xi)
+            dr_k.append((x - w.unsqueeze(-2)).pow(2).sum(-1)[..., act].mean(-1))
+        if method == "fedlesam" and w_old == "paper":
+            old = torch.where(act.unsqueeze(-1), w.unsqueeze(-2).expand_as(old), old)   # w_i^old <- w^t
+        last = torch.where(act, t, last)
+        w_prev, w = w, w + eta_g * (x - w.unsqueeze(-2))[..., act, :].mean(-2)
+        ws.append(w), Ds.append(torch.stack(D_k, -1)), drifts.append(torch.stack(dr_k, -1)), pds.append(pd)
+    return {"w": torch.stack(ws), "D": torch.stack(Ds), "drift": torch.stack(drifts), "active": masks,
+            "PD": torch.tensor(pds, dtype=DT), "est": est}
+
+
+def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None) -> Claim:
+    return Claim(PAPER, id, claim, where, expected, measured, verdict,
+                 None if value is None else float(value), details, figure)
+
+
+def sigma_g2_max(prob, W: torch.Tensor) -> float:
+    """A2's sigma_g^2 = sup_w max_i ||grad F_i(w) - grad F(w)||^2 over the points W [..., d]."""
+    g = prob.grads_at(W)
+    return float((g - g.mean(-2, keepdim=True)).pow(2).sum(-1).max())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Eq. (1) vs Eq. (2): the Jensen gap with the exact inner maximisation
+# ---------------------------------------------------------------------------------------------------
+def ball_max(A: torch.Tensor, g: torch.Tensor, rho: float, iters: int = 200):
+    """Exact max_{||u|| <= rho} g^T u + 1/2 u^T A u for PSD A [..., d, d], g [..., d] (a convex function, so
+    the maximiser is on the sphere): u = (nu I - A)^{-1} g with nu >= lambda_max solving the secular
+    equation ||u(nu)|| = rho (bisection); the hard case (g orthogonal to the top eigenspace) adds a top
+    eigenvector. Returns (value, maximiser)."""
+    lam, Q = torch.linalg.eigh(A)
+    gp = (Q.transpose(-1, -2) @ g.unsqueeze(-1)).squeeze(-1)
+    top = lam[..., -1:]
+    lo, hi = top.clone(), top + gp.norm(dim=-1, keepdim=True) / rho + 1e-300
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        big = (gp / (mid - lam)).norm(dim=-1, keepdim=True) > rho
+        lo, hi = torch.where(big, mid, lo), torch.where(big, hi, mid)
+    up = gp / (hi - lam)
+    is_top = lam >= top - 1e-12 * top.abs().clamp_min(1)
+    hard = (gp.abs() * is_top).sum(-1, keepdim=True) <= 1e-14 * gp.norm(dim=-1, keepdim=True)
+    up_hard = torch.where(is_top, torch.zeros_like(gp), gp / (top - lam).clamp_min(1e-300))
+    tau = (rho ** 2 - up_hard.pow(2).sum(-1, keepdim=True)).clamp_min(0).sqrt()
+    e_top = is_top.to(DT) / is_top.to(DT).sum(-1, keepdim=True).sqrt()
+    up = torch.where(hard, up_hard + tau * e_top, up)
+    val = (gp * up).sum(-1) + 0.5 * (lam * up * up).sum(-1)
+    return val, (Q @ up.unsqueeze(-1)).squeeze(-1)
+
+
+def sam_losses(prob, x: torch.Tensor, rho: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. (2) mean_i max_{||d|| <= rho} F_i(x + d) and Eq. (1) max_{||d|| <= rho} F(x + d), exactly, at
+    x [..., d] (quadratics: F_i(x + d) = F_i(x) + g_i^T d + 1/2 d^T A_i d)."""
+    local = prob.loss(prob.at(x)) + ball_max(prob.A, prob.grads_at(x), rho)[0]
+    glob = prob.f(x) + ball_max(prob.A_bar, prob.grad_f(x), rho)[0]
+    return local.mean(-1), glob
+
+
+def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), points=64, seed=0,
+                 out_dir=None) -> list[Claim]:
+    """Eq. (1) vs (2): at aligned models (w_i = w) the local-SAM objective upper-bounds the global one
+    (E max >= max E); the gap grows with heterogeneity (spread of the client centres) and with rho. Exact
+    inner maxima; w drawn around the minimiser."""
+    gen = torch.Generator().manual_seed(seed)
+    gaps = np.zeros((len(spreads), len(rhos)))
+    worst = float("inf")
+    for a, sp in enumerate(spreads):
+        prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=sp, seed=seed)
+        x = prob.x_star + torch.randn(points, d, generator=gen, dtype=DT)
+        for b, rho in enumerate(rhos):
+            loc, glo = sam_losses(prob, x, rho)
+            worst = min(worst, float((loc - glo).min()))
+            gaps[a, b] = float((loc - glo).mean())
+    mono = bool((np.diff(gaps, axis=0) > 0).all() and (np.diff(gaps, axis=1) > 0).all())
+    fig = save_figure(out_dir, f"{PAPER}_jensen-trend.png",
+                      {f"spread {sp}": (rhos, gaps[a]) for a, sp in enumerate(spreads)},
+                      xlabel="rho", ylabel="Eq.(2) - Eq.(1)", title="local vs global SAM objective")
+    det = {"n": n, "d": d, "spreads": list(spreads), "rhos": list(rhos), "points": points,
+           "mean_gap": gaps.tolist(), "min_gap": worst}
+    return [_claim("jensen-gap", "local-SAM objective (2) upper-bounds the global SAM objective (1)",
+                   "Sec. 3.1, Eqs. (1)-(2)", "gap >= 0 at every aligned point",
+                   f"min gap {worst:.3g} over {points * len(spreads) * len(rhos)} points", bound(-worst, 0.0),
+                   worst, det),
+            _claim("jensen-trend", "the gap grows with heterogeneity and with rho", "Sec. 3.1; notes s6.6",
+                   "mean gap increasing in spread and in rho",
+                   "mean gap " + "; ".join(f"spread {sp}: " + ", ".join(f"{g:.3g}" for g in gaps[a])
+                                           for a, sp in enumerate(spreads)),
+                   HOLDS if mono else VIOLATED, float(gaps[-1, -1]), det, fig)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Lemmas 2, 3, 4
+# ---------------------------------------------------------------------------------------------------
+def check_lemma2(n=10, d=20, T=30, E=10, eta_l=0.05, rho=0.05, sigmas=(0.0, 0.1, 0.5), seed=0) -> list[Claim]:
+    """Lemma 2: FedSAM's in-round perturbation difference (1/N) sum_i E||delta_{i,k} - delta_{i,0}||^2
+    <= 2 E^2 L^2 eta_l^2 rho^2 (K read as E); FedLESAM's is exactly 0. Exact gradients: the max over rounds
+    and k; with noise: the mean over rounds (the expectation) of the max over k. Lemma 2 is stated under
+    A1-A2, and A1's unit-gradient variance is always bounded, so the noisy runs are inside it."""
+    prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.05, spread=1.0, seed=seed)
+    lim = 2 * E ** 2 * prob.L ** 2 * eta_l ** 2 * rho ** 2
+    kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "w0": prob.x_star + 3.0, "seed": seed}
+    les = max(float(simulate(prob, method="fedlesam", sigma=s, **kw)["D"].max()) for s in sigmas)
+    sam = {}
+    for s in sigmas:
+        D = simulate(prob, method="fedsam", sigma=s, **kw)["D"]
+        sam[s] = float(D.max()) if s == 0 else float(D.max(-1).values.mean())
+    det = {"n": n, "d": d, "T": T, "E": E, "eta_l": eta_l, "rho": rho, "L": prob.L, "bound": lim,
+           "fedsam": sam}
+    noisy = [s for s in sigmas if s > 0]
+    worst = max(sam[s] for s in noisy)
+    return [_claim("L2-fedlesam", "FedLESAM's perturbation is constant within the round",
+                   "Lemma 2 (FedLESAM)", "difference = 0", f"max {les:.1e} over sigma in {list(sigmas)}",
+                   identity(les), les, det),
+            _claim("L2-fedsam", "FedSAM's in-round perturbation difference, exact gradients",
+                   "Lemma 2 (FedSAM)", f"<= 2E^2L^2 eta^2 rho^2 = {lim:.3g}",
+                   f"max {sam[0.0]:.3g} (ratio {sam[0.0] / lim:.3g})", bound(sam[0.0], lim), sam[0.0] / lim,
+                   det),
+            _claim("L2-fedsam-noise", "FedSAM's in-round perturbation difference, stochastic gradients",
+                   "Lemma 2 (FedSAM) under A1-A2", f"<= {lim:.3g}",
+                   ", ".join(f"sigma={s}: {sam[s]:.3g}" for s in noisy) + f" (ratio {worst / lim:.3g})",
+                   bound(worst, lim), worst / lim, det)]
+
+
+def check_lemma3(n=10, d=5, points=256, rho=0.1, spread=1.0, seed=0) -> Claim:
+    """Lemma 3: ||grad F_i(w + delta_i) - grad F(w + delta)||^2 <= 3 sigma_g^2 + 6 L^2 rho^2 for any
+    ||delta_i||, ||delta|| <= rho. Shared-Hessian quadratics: A2's sigma_g^2 = max_i ||A(c_i - c_bar)||^2."""
+    prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    w = prob.x_star + 3 * torch.randn(points, 1, d, generator=gen, dtype=DT)
+
+    def ball(*shape):                                           # uniform direction, radius in [0, rho]
+        u = unit(torch.randn(*shape, d, generator=gen, dtype=DT))
+        return rho * u * torch.rand(*shape, 1, generator=gen, dtype=DT)
+
+    lhs = (prob.grad(w + ball(points, n)) - prob.grad_f(w + ball(points, 1))).pow(2).sum(-1)
+    sg2 = sigma_g2_max(prob, prob.x_star)                      # constant in w for a shared Hessian
+    lim = 3 * sg2 + 6 * prob.L ** 2 * rho ** 2
+    ratio = float(lhs.max()) / lim
+    return _claim("L3", "gradient difference after perturbation", "Lemma 3", "<= 3 sigma_g^2 + 6 L^2 rho^2",
+                  f"max ratio {ratio:.3g} over {points * n} draws", bound(ratio, 1.0), ratio,
+                  {"n": n, "d": d, "rho": rho, "sigma_g2": sg2, "L": prob.L, "bound": lim})
+
+
+def check_lemma4(n=10, d=5, T=40, E=10, rho=0.05, spread=1.0, seed=0) -> Claim:
+    """Lemma 4 with eta_l = 1/(10 E L) (its condition), exact gradients (sigma_l = 0), shared Hessian (exact
+    sigma_g): (1/N) sum_i ||w_{i,k} - w^t||^2 <= 5 E eta_l^2 (6E(3 sigma_g^2 + 6 L^2 rho^2)
+    + 6E ||grad F(w~)||^2 + 12 E L^2 eta_l^2 D), with w~ read as w^t and D the Lemma-2 term."""
+    prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
+    L, eta = prob.L, 1 / (10 * E * prob.L)
+    sg2 = sigma_g2_max(prob, prob.x_star)
+    ratios = {}
+    for meth in ("fedsam", "fedlesam"):
+        tr = simulate(prob, method=meth, T=T, E=E, eta_l=eta, rho=rho, w0=prob.x_star + 3.0, seed=seed)
+        g2 = prob.grad_f(tr["w"][:-1]).pow(2).sum(-1)
+        rhs = 5 * E * eta ** 2 * (6 * E * (3 * sg2 + 6 * L ** 2 * rho ** 2) + 6 * E * g2
+                                  + 12 * E * L ** 2 * eta ** 2 * tr["D"].max(-1).values)
+        ratios[meth] = float((tr["drift"].max(-1).values / rhs).max())
+    worst = max(ratios.values())
+    return _claim("L4", "bounded client drift within a round (eta_l <= 1/(10EL))", "Lemma 4", "drift <= RHS",
+                  ", ".join(f"{k}: max ratio {v:.3g}" for k, v in ratios.items()), bound(worst, 1.0), worst,
+                  {"n": n, "d": d, "T": T, "E": E, "eta_l": eta, "rho": rho, "sigma_g2": sg2, "L": L,
+                   "w_tilde": "read as w^t (the paper leaves it undefined)"})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Theorem 1 (full participation, independent rho)
+# ---------------------------------------------------------------------------------------------------
+def thm1_rhs(method: str, T: int, E: int, N: int, L: float, F0: float, rho: float, sg2: float,
+             sl2: float = 0.0) -> float:
+    """Theorem 1's printed right-hand side with C = 1/2 - 30 E^2 L^2 eta_l^2 = 1/2 - 30/T."""
+    C, r2 = 0.5 - 30 / T, L ** 2 * rho ** 2
+    delta = 120 * r2 / (C * E * T ** 2) + 2 * r2 / (C * T) if method == "fedsam" else 0.0
+    return (10 * L * F0 / (C * math.sqrt(T * E * N)) + 90 * r2 * sg2 / (C * T * E) + 180 * r2 / (C * T)
+            + delta + r2 * sl2 / (C * math.sqrt(T * E * N)))
+
+
+def fedsam_limit(prob, rho: float, iters: int = 50) -> torch.Tensor:
+    """The point FedSAM tends to as eta_l -> 0 at fixed rho: the zero next to the minimiser of
+    G(w) = mean_i grad F_i(w + rho unit(grad F_i(w))) (Newton with the exact Jacobian of G)."""
+    G = lambda w: prob.grad(prob.at(w) + rho * unit(prob.grads_at(w))).mean(-2)
+    w = prob.x_star.clone()
+    for _ in range(iters):
+        g = G(w)
+        if float(g.norm()) < 1e-14:
+            break
+        w = w - torch.linalg.solve(torch.autograd.functional.jacobian(G, w), g)
+    return w
+
+
+def check_thm1(n=10, d=5, E=10, rho=0.05, Ts=(100, 400, 1600), spread=1.0, seed=0,
+               out_dir=None) -> list[Claim]:
+    """Theorem 1 with eta_l = 1/(sqrt(T) E L), eta_g = sqrt(E N), full participation, exact gradients
+    (sigma_l = 0), a shared Hessian (A2's sigma_g exact): LHS (1/T) sum_{t=1}^T ||grad F(w^{t+1})|| (printed;
+    the squared form is in the details) against the printed RHS for FedSAM and FedLESAM (w^old = w^{t-1});
+    Delta's sign; and the limit T -> inf: with rho fixed the RHS -> 0, while FedSAM tends to a point with
+    grad F != 0. Regime: C = 1/2 - 30/T > 0 (T > 60) and Lemma 4's eta_l <= 1/(10EL) (T >= 100)."""
+    prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
+    L, w0 = prob.L, prob.x_star + 2.0
+    F0, sg2 = float(prob.f(w0) - prob.f_star), sigma_g2_max(prob, prob.x_star)
+    Tt = torch.tensor(Ts, dtype=DT)
+    eta_l, eta_g = 1 / (Tt.sqrt() * E * L), math.sqrt(E * n) * torch.ones_like(Tt)   # one run per T, batched
+    rows = {m_: [] for m_ in ("fedsam", "fedlesam")}
+    for meth, out in rows.items():
+        w = simulate(prob, method=meth, T=max(Ts) + 1, E=E, eta_l=eta_l, eta_g=eta_g, rho=rho,
+                     w0=w0.expand(len(Ts), d), w_old="global", seed=seed)["w"]
+        for b, T in enumerate(Ts):
+            gn = prob.grad_f(w[2:T + 2, b]).norm(dim=-1)                           # w^2 .. w^{T+1}
+            out.append({"T": T, "lhs": float(gn.mean()), "lhs_sq": float(gn.pow(2).mean()),
+                        "rhs": thm1_rhs(meth, T, E, n, L, F0, rho, sg2), "final_grad": float(gn[-1])})
+    in_reg = all(T >= 100 for T in Ts)
+    worst = {k: max(r["lhs"] / r["rhs"] for r in v) for k, v in rows.items()}
+    floor = float(prob.grad_f(fedsam_limit(prob, rho)).norm())
+    T_star = (10 * L * F0 / (0.5 * floor)) ** 2 / (E * n) if floor > 0 else float("inf")   # 1st term = floor
+    det = {"n": n, "d": d, "E": E, "rho": rho, "L": L, "F0_gap": F0, "sigma_g2": sg2, "sigma_l2": 0.0,
+           "rows": rows, "fedsam_limit_grad_norm": floor, "T_star_estimate": T_star}
+    fig = save_figure(out_dir, f"{PAPER}_thm1-fedsam.png",
+                      {**{f"{k} LHS": (Ts, [r["lhs"] for r in v]) for k, v in rows.items()},
+                       "RHS (FedSAM)": (Ts, [r["rhs"] for r in rows["fedsam"]]),
+                       "FedSAM limit ||grad F||": (Ts, [floor] * len(Ts))},
+                      xlabel="T", ylabel="(1/T) sum ||grad F(w^{t+1})||", title=f"Thm 1, rho={rho}",
+                      ref=(-0.5, Ts, [r["rhs"] for r in rows["fedsam"]]))
+    ratio_les = [a["lhs"] / b["lhs"] for a, b in zip(rows["fedlesam"], rows["fedsam"])]
+    finals = {k: ", ".join(f"{r['final_grad']:.3g}" for r in v) for k, v in rows.items()}
+    out = [_claim(f"thm1-{k}", f"Theorem 1 bound for {name}", "Thm 1 (printed)", "LHS <= RHS for every T",
+                  f"max LHS/RHS {worst[k]:.3g} over T={list(Ts)}", bound(worst[k], 1.0, in_reg), worst[k],
+                  det, fig) for k, name in (("fedsam", "FedSAM"), ("fedlesam", "FedLESAM"))]
+    out.append(_claim("thm1-delta", "FedLESAM's tighter bound (Delta = 0) shows: no larger gradient norms",
+                      "Thm 1, Delta term; notes claim 6", "LHS(FedLESAM) <= LHS(FedSAM)",
+                      "ratio " + ", ".join(f"{x:.3g}" for x in ratio_les),
+                      HOLDS if max(ratio_les) <= 1 else VIOLATED, max(ratio_les), det))
+    out.append(_claim("thm1-independent-rho", "with rho independent of T the bound vanishes as T -> inf",
+                      "Thm 1 ('independent rho')", "(1/T) sum ||grad F|| -> 0 for FedSAM",
+                      f"FedSAM tends to a point with ||grad F|| = {floor:.3g} > 0 (final ||grad F||: "
+                      f"{finals['fedsam']}); the RHS falls below it at T ~ {T_star:.2g}. FedLESAM has no "
+                      f"such floor: {finals['fedlesam']}", bound(floor, 1e-8, in_reg), floor, det))
+    return out
+
+
+def check_rho_tradeoff(n=10, d=5, E=10, T=200, rhos=(0.01, 0.05, 0.2, 0.5), spread=1.0, seed=0,
+                       out_dir=None) -> Claim:
+    """Sec. 5.2 / Fig. 4: a larger rho slows convergence: (1/T) sum ||grad F(w^{t+1})|| at fixed T grows
+    with rho (Theorem 1's schedule for eta_l and eta_g)."""
+    prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
+    eta_l, eta_g = 1 / (math.sqrt(T) * E * prob.L), math.sqrt(E * n)
+    w0 = (prob.x_star + 2.0).expand(len(rhos), d)
+    lhs = {}
+    for meth in ("fedsam", "fedlesam"):
+        w = simulate(prob, method=meth, T=T, E=E, eta_l=eta_l, eta_g=eta_g, rho=list(rhos), w0=w0,
+                     seed=seed)["w"]
+        lhs[meth] = prob.grad_f(w[1:]).norm(dim=-1).mean(0).tolist()
+    mono = all(np.all(np.diff(v) > 0) for v in lhs.values())
+    fig = save_figure(out_dir, f"{PAPER}_rho-tradeoff.png", {k: (rhos, v) for k, v in lhs.items()},
+                      xlabel="rho", ylabel="(1/T) sum ||grad F||", title=f"T={T}")
+    return _claim("rho-tradeoff", "a larger rho hinders convergence", "Sec. 5.2; Fig. 4",
+                  "averaged ||grad F|| increases with rho",
+                  "; ".join(f"{k}: " + ", ".join(f"{x:.3g}" for x in v) for k, v in lhs.items()),
+                  HOLDS if mono else VIOLATED, lhs["fedlesam"][-1] / lhs["fedlesam"][0],
+                  {"n": n, "d": d, "E": E, "T": T, "rhos": list(rhos), "lhs": lhs}, fig)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Theorem 2 (estimation error, one local step, full participation)
+# ---------------------------------------------------------------------------------------------------
+def thm2_errors(prob, eta: float, T: int, rho: float = 0.0, w0=None, seed=0) -> torch.Tensor:
+    """e_t = ||unit(w^{t-1} - w^t) - unit(grad F(w^t))|| for t >= 1 along a run with E = 1, eta_g = 1,
+    eta_l = eta (rho = 0: the update the proof models; rho > 0: FedLESAM's own trajectory)."""
+    w = simulate(prob, method="fedlesam" if rho else "fedavg", T=T, E=1, eta_l=eta, rho=rho, w_old="global",
+                 w0=w0, seed=seed)["w"]
+    return (unit(w[:-1] - w[1:]) - unit(prob.grad_f(w[1:]))).norm(dim=-1)[1:]
+
+
+def check_thm2(n=10, d=20, etas=(0.01, 0.03, 0.1, 0.3, 1.0), T=55, rho=0.05, seed=0,
+               out_dir=None) -> list[Claim]:
+    """Theorem 2 noise-free (sigma_l' = 0; sigma_g' = 0 because F = mean F_i): the printed bound
+    e_t <= 3 L_g^2 eta^2 and the squared reading e_t^2 <= 3 L_g^2 eta^2 (the proof's), every round; the
+    error's log-log slope in eta over the small-angle range eta L_g <= 0.1 the proof's tan(phi) ~ phi needs;
+    and FedLESAM's own trajectory (rho > 0), whose update contains the perturbation the proof leaves out."""
+    prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.05, spread=1.0, seed=seed)
+    Lg = float(torch.linalg.eigvalsh(prob.A_bar)[-1])
+    w0 = prob.x_star + 3.0
+    e = [thm2_errors(prob, eta, T, w0=w0, seed=seed) for eta in etas]
+    e_rho = [thm2_errors(prob, eta, T, rho=rho, w0=w0, seed=seed)[1:] for eta in etas]   # perturbed rounds
+    lim = [3 * Lg ** 2 * eta ** 2 for eta in etas]
+    printed = max(float(x.max()) / b for x, b in zip(e, lim))
+    squared = max(float(x.pow(2).max()) / b for x, b in zip(e, lim))
+    with_rho = max(float(x.pow(2).max()) / b for x, b in zip(e_rho, lim))
+    mean_e = [float(x.mean()) for x in e]
+    small = [i for i, eta in enumerate(etas) if eta * Lg <= 0.1]
+    k = loglog_slope([etas[i] for i in small], [mean_e[i] for i in small]) if len(small) > 1 else float("nan")
+    det = {"n": n, "d": d, "T": T, "L_g": Lg, "etas": list(etas), "bound": lim, "mean_e": mean_e,
+           "max_e": [float(x.max()) for x in e], "mean_e_rho": [float(x.mean()) for x in e_rho], "rho": rho,
+           "slope_points": [etas[i] for i in small], "slope_all_points": loglog_slope(etas, mean_e)}
+    fig = save_figure(out_dir, f"{PAPER}_thm2-slope.png",
+                      {"mean e_t (rho=0)": (etas, mean_e), "3 L_g^2 eta^2": (etas, lim),
+                       f"mean e_t (FedLESAM rho={rho})": (etas, det["mean_e_rho"])},
+                      xlabel="eta_g eta_l", ylabel="estimation error",
+                      title="Theorem 2, E = 1, full participation", ref=(1.0, etas, mean_e))
+    return [_claim("thm2-printed", "estimation error, as printed (not squared)", "Thm 2",
+                   "e_t <= 3 L_g^2 eta^2 every round", f"max e_t / bound {printed:.3g}", bound(printed, 1.0),
+                   printed, det, fig),
+            _claim("thm2-squared", "estimation error, squared (the proof's quantity)", "Thm 2 / App. B.4",
+                   "e_t^2 <= 3 L_g^2 eta^2 every round", f"max e_t^2 / bound {squared:.3g}",
+                   bound(squared, 1.0), squared, det, fig),
+            _claim("thm2-slope", "the estimation error is controlled by the learning rates",
+                   "Thm 2; Sec. 5.3", "e ~ eta (log-log slope 1) for eta L_g <= 0.1",
+                   f"slope {k:.3f} (all etas: {det['slope_all_points']:.3f})", slope(k, 1.0, 0.15), k, det,
+                   fig),
+            _claim("thm2-with-rho", "Theorem 2 along FedLESAM's own trajectory (rho > 0)",
+                   "Thm 2 (stated for FedLESAM)", "e_t^2 <= 3 L_g^2 eta^2 every round",
+                   f"rho={rho}: max e_t^2 / bound {with_rho:.3g}", bound(with_rho, 1.0), with_rho, det, fig)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the estimator beyond the theorem, perturbation drift, flatness
+# ---------------------------------------------------------------------------------------------------
+def check_estimator(n=20, n_active=5, d=10, T=200, E=10, eta_l=0.02, rho=0.05, spread=1.0, seed=0,
+                    out_dir=None) -> list[Claim]:
+    """Eq. (3) under partial participation: cos(w_i^old - w^t, grad F(w^t)) for every participation, in the
+    transient (rounds with ||grad F(w^t)|| above 10x its median over the last half) and near convergence
+    (the last half), and by staleness (rounds since the client's previous participation). The estimate
+    should point along the global gradient: mean cos > 0.5 holds, < 0 is a violation."""
+    prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=spread, seed=seed)
+    tr = simulate(prob, T=T, E=E, eta_l=eta_l, rho=rho, n_active=n_active, w0=prob.x_star + 3.0, seed=seed,
+                  probe=True)
+    est, gn = np.array(tr["est"]), prob.grad_f(tr["w"][:-1]).norm(dim=-1).numpy()
+    transient = gn > 10 * np.median(gn[T // 2:])
+    phase = {"early": est[transient[est[:, 0].astype(int)]], "late": est[est[:, 0] >= T / 2]}
+    mc = {k: float(v[:, 3].mean()) for k, v in phase.items()}
+
+    def by_staleness(rows):
+        s = np.minimum(rows[:, 2], 8)
+        return {int(v): float(rows[s == v, 3].mean()) for v in np.unique(s)}
+
+    by, late_by = by_staleness(est), by_staleness(phase["late"])
+    fig = save_figure(out_dir, f"{PAPER}_eq3-estimator-late.png",
+                      {"all rounds": (list(by), list(by.values())),
+                       "last half": (list(late_by), list(late_by.values()))},
+                      xlabel="staleness (rounds; 8 = 8+)", ylabel="cos(w_old - w, grad F(w))", logx=False,
+                      logy=False, title=f"Eq. (3), {n_active}/{n} active")
+    det = {"n": n, "n_active": n_active, "T": T, "E": E, "eta_l": eta_l, "rho": rho,
+           "transient_rounds": int(transient.sum()), "cos_by_staleness": by, "cos_by_staleness_late": late_by,
+           "mean_cos": mc}
+    late_txt = "; late, by staleness " + ", ".join(f"{s_}: {c:.2f}" for s_, c in late_by.items())
+    return [_claim(f"eq3-estimator-{k}", f"w_i^old - w^t estimates the global gradient direction ({what})",
+                   "Eq. (3); notes s6.6", "cos(w_i^old - w^t, grad F(w^t)) > 0.5",
+                   f"mean cos {mc[k]:.3f} ({len(phase[k])} participations)"
+                   + (late_txt if k == "late" else ""),
+                   judge(mc[k], 0.5, 0.0), mc[k], det, fig if k == "late" else None)
+            for k, what in (("early", "transient"), ("late", "near convergence"))]
+
+
+def check_pd(n=20, d=10, T=100, E=10, eta_l=0.02, rho=0.05, settings=((None, 0.0), (None, 0.5), (5, 0.0)),
+             spread=1.0, seed=0) -> Claim:
+    """Sec. 4.1 / Fig. 2 left: perturbation drift PD (unit vectors) is smaller for FedLESAM than for FedSAM,
+    in every setting (n_active, sigma), averaged over rounds 1..T-1."""
+    prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=spread, seed=seed)
+    res = []
+    for n_act, sig in settings:
+        kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "n_active": n_act, "sigma": sig,
+              "w0": prob.x_star + 3.0, "seed": seed, "probe": True}
+        pd = {meth: float(simulate(prob, method=meth, **kw)["PD"][1:].mean())
+              for meth in ("fedsam", "fedlesam")}
+        res.append({"n_active": n_act or n, "sigma": sig, **pd})
+    ok = all(r["fedlesam"] < r["fedsam"] for r in res)
+    return _claim("PD", "FedLESAM has lower perturbation drift than FedSAM", "Sec. 4.1; Fig. 2 (left)",
+                  "PD(FedLESAM) < PD(FedSAM)",
+                  "; ".join(f"{r['n_active']}/{n}, sigma={r['sigma']}: {r['fedlesam']:.3f} vs "
+                            f"{r['fedsam']:.3f}" for r in res),
+                  HOLDS if ok else VIOLATED, max(r["fedlesam"] / r["fedsam"] for r in res),
+                  {"n": n, "d": d, "T": T, "E": E, "eta_l": eta_l, "rho": rho, "results": res,
+                   "PD": "(1/(2|S|E)) sum_{k,i} ||unit grad F(w_gk) - unit delta_ik||, w_gk virtual global"})
+
+
+def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, E=10, eta_l=0.01, rho=0.2, rel_margin=0.05,
+                   seed=0) -> Claim:
+    """Sec. 6.2 / Fig. 2 (right) at toy scale: on the 1-D sharp/flat landscape FedLESAM's final global model
+    is flatter (lower lambda_max of grad^2 f, averaged over R starts) than both FedSAM's and FedAvg's; the
+    relative gain over the flatter baseline must exceed ``rel_margin``."""
+    prob = make_sharp_flat(n, 1, het=het, spread=spread, seed=seed)
+    kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "seed": seed}
+    res = flatness_runs(prob, {k: (simulate, {"method": k, **kw}) for k in ("fedavg", "fedsam", "fedlesam")},
+                        R=R, lo=-2.5, hi=2.5)
+    a, b = res["fedlesam"]["lam_max"], min(res["fedsam"]["lam_max"], res["fedavg"]["lam_max"])
+    rel = (b - a) / b
+    return _claim("flatness", "FedLESAM finds flatter global minima than FedSAM and FedAvg",
+                  "Sec. 6.2; Figs. 2-3", "lambda_max(FedLESAM) < lambda_max of both baselines",
+                  flatness_text(res), judge(rel, rel_margin, -rel_margin), rel,
+                  {"toy": "SharpFlat 1-D", "n": n, "het": het, "spread": spread, "R": R, "T": T, "E": E,
+                   "eta_l": eta_l, "rho": rho, "rel_margin": rel_margin, "results": res,
+                   "relative_gain_vs_fedsam": (res["fedsam"]["lam_max"] - a) / res["fedsam"]["lam_max"]})
+
+
+# ---------------------------------------------------------------------------------------------------
+def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
+    """Every check; ``quick`` shortens only sweeps whose verdicts do not depend on their length."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                       # tiny float64 programs: one thread is fastest and fair
+    try:
+        claims = check_jensen(seed=seed, out_dir=out_dir)
+        claims += check_lemma2(seed=seed, T=20 if quick else 50)
+        claims += [check_lemma3(seed=seed), check_lemma4(seed=seed, T=20 if quick else 60)]
+        claims += check_thm1(seed=seed, Ts=(100, 200, 400) if quick else (100, 400, 1600, 6400),
+                             out_dir=out_dir)
+        claims.append(check_rho_tradeoff(seed=seed, out_dir=out_dir))
+        claims += check_thm2(seed=seed, out_dir=out_dir)
+        claims += check_estimator(seed=seed, out_dir=out_dir)
+        claims.append(check_pd(seed=seed))
+        claims.append(check_flatness(seed=seed, R=16 if quick else 64))
+    finally:
+        torch.set_num_threads(threads)
+    return claims

@@ -1,0 +1,84 @@
+"""The theory CLI end to end, and a verdict that follows its theorem's regime."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlab_analysis.theory import __main__ as cli
+from fedlab_analysis.theory import fedcm
+from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VERDICTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_cli_fedcm_quick_writes_report(tmp_path):
+    out = tmp_path / "tmp"
+    cmd = [sys.executable, "-m", "fedlab_analysis.theory", "fedcm", "--quick", "--out", str(out)]
+    p = subprocess.run(cmd,
+                       cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "| paper | claim | where | expected | measured | verdict |" in p.stdout
+    md, claims = (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
+    assert md.startswith("# Theory checks: FedCM (quick)")
+    assert len(claims) >= 10 and {c["paper"] for c in claims} == {"fedcm"}
+    assert all(c["verdict"] in VERDICTS and c["measured"] and c["details"] for c in claims)
+    assert len({c["id"] for c in claims}) == len(claims)
+    by_id = {c["id"]: c for c in claims}
+    for key in ("L4.1-ema", "B.7-z-sgd", "K1-heavy-ball", "disp-closed-form", "fp-closed-form"):
+        assert by_id[key]["verdict"] == HOLDS and by_id[key]["value"] <= 1e-10
+    figs = [c["figure"] for c in claims if c["figure"]]
+    assert len(figs) >= 5 and all((out / f).is_file() for f in figs)
+    assert all(f"({f})" in md for f in figs)
+
+
+def test_cli_unknown_paper_is_one_line_exit_2(capsys):
+    assert cli.main(["fedfoo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fedfoo" in err and "fedcm" in err
+
+
+def test_cli_out_must_be_a_folder(tmp_path, capsys):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    assert cli.main(["fedcm", "--out", str(f)]) == 2
+    assert "folder" in capsys.readouterr().err
+
+
+def test_missing_paper_module_is_one_line(capsys):
+    assert cli.load("fednotwritten") is None
+    assert capsys.readouterr().out.strip().count("\n") == 0
+
+
+def test_claim_flips_when_moved_outside_regime():
+    inside = fedcm.check_drift_B8(T=10, R=2, eta_scale=0.5)             # eta_l = 0.5/(4LK): Lemma B.8 applies
+    outside = fedcm.check_drift_B8(T=10, R=2, eta_scale=3.0)            # eta_l = 3/(4LK): it does not
+    assert inside.id == outside.id
+    assert inside.verdict == HOLDS and outside.verdict == OUTSIDE
+
+
+def test_same_seed_same_numbers():
+    a = fedcm.check_participation(Ns=(20, 40), T=10, K=2, R=2, seed=3)
+    b = fedcm.check_participation(Ns=(20, 40), T=10, K=2, R=2, seed=3)
+    c = fedcm.check_participation(Ns=(20, 40), T=10, K=2, R=2, seed=4)
+    assert a.details["errors"] == b.details["errors"] != c.details["errors"]
+
+
+@pytest.mark.slow
+def test_cli_all_quick(tmp_path):
+    cmd = [sys.executable, "-m", "fedlab_analysis.theory", "all", "--quick", "--out", str(tmp_path)]
+    p = subprocess.run(cmd,
+                       cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
+    assert p.returncode == 0, p.stderr
+    papers = {c["paper"] for c in json.loads((tmp_path / "report.json").read_text())}
+    assert {"fedcm", "fedinit", "fedals"} <= papers

@@ -1,0 +1,78 @@
+"""FedALS theory checks (notes/seed_003 s4-s6) and the least-squares toy with its closed-form risk."""
+import numpy as np
+import pytest
+import torch
+from torch.func import grad, hessian
+
+from fedlab_analysis.theory import fedals
+from fedlab_analysis.theory.claims import HOLDS, VIOLATED
+from fedlab_analysis.theory.toys import DT, make_regression, make_task
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# ---- the least-squares toy ---------------------------------------------------------------------------------
+def test_least_squares_exact():
+    p = make_regression(4, 30, 3, het=1.0, lam=0.2, seed=2)
+    x = torch.randn(3, dtype=DT, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(hessian(p.f)(x), p.A_bar, atol=1e-12)
+    assert torch.allclose(grad(p.f)(x), p.grad_f(x), atol=1e-12)
+    assert float(p.grad_f(p.x_star).norm()) < 1e-12
+    assert float(p.grad(p.b).norm()) < 1e-10                                   # local ERMs are stationary
+    W = torch.randn(4, 3, dtype=DT, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(p.grad(W, torch.arange(30).expand(4, 30)), p.grad(W), atol=1e-13)
+    assert torch.allclose(p.sample_grads(W).mean(-2), p.grad(W), atol=1e-13)
+
+
+def test_population_risk_matches_monte_carlo():
+    task = make_task(3, 4, het=1.5, noise=0.7, scale_spread=0.5, seed=4)
+    w = torch.randn(4, dtype=DT, generator=torch.Generator().manual_seed(3))
+    X, y = task.sample(200000, np.random.default_rng(0))
+    mc = 0.5 * ((X @ w) - y).pow(2).mean(-1)                                    # per client
+    exact = task.risk(w)
+    assert torch.allclose(mc, exact, rtol=0.02)
+
+
+# ---- identities and bounds ----------------------------------------------------------------------------
+def test_lemma_a1_by_monte_carlo():
+    c = fedals.check_lemma_a1(R=1500)
+    assert c.verdict == HOLDS and abs(c.value) < 3
+
+
+def test_stability_22_exact_and_23_holds():
+    eq22, eq23 = fedals.check_stability_22_23(R=100)
+    assert eq22.value <= 1e-10 and eq22.verdict == HOLDS
+    assert eq23.verdict == HOLDS and eq23.value <= 1
+
+
+def test_thm41_bound_and_iid_scaling_is_1_over_K():
+    bound, het, iid = fedals.check_thm41(Ks=(1, 4, 16), hets=(0.0, 3.0), R=150)
+    assert bound.verdict == HOLDS and het.verdict == HOLDS
+    assert iid.verdict == VIOLATED and abs(iid.value + 1) < 0.3               # slope -1, not -2 (note s4.3)
+    rows = [r for r in iid.details["rows"] if r["het"] == 0.0 and r["K"] > 1]
+    assert all(r["delta_k"] > 0.1 * r["gen_k"] for r in rows)                 # delta_k != 0 in the iid case
+
+
+def test_thm_b1_bound():
+    c = fedals.check_thm_b1(R=100, taus=(5,))
+    assert c.verdict == HOLDS and c.value < 1
+
+
+def test_thm43_gap_falls_with_tau():
+    gap, opt = fedals.check_thm43_tau(T=50, taus=(1, 25), R=40)
+    assert gap.verdict == HOLDS and opt.verdict == HOLDS
+
+
+def test_participation_identities_and_gap():
+    ids, merged, fixed, agg = fedals.check_participation(R=100)
+    assert ids.value <= 1e-10 and fixed.value <= 1e-10
+    assert merged.verdict == VIOLATED and merged.value > 1e-3             # duplicates change K_hat(k)^2 terms
+    assert agg.verdict == VIOLATED and agg.details["gap_agg_mean"] > 0        # participants fit themselves
+    iid = fedals.check_participation(R=100, het=0.0)[3]
+    assert iid.verdict == HOLDS and abs(iid.details["gap_agg_mean"]) < 1e-12   # identical clients: no gap

@@ -1,0 +1,97 @@
+"""FedInit theory checks (notes/seed_004 s4, s6, s7): closed forms to 1e-10, verdicts the note predicts."""
+import pytest
+import torch
+
+from fedlab_analysis.theory import fedinit
+from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
+from fedlab_analysis.theory.toys import make_quadratics
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_beta_zero_is_fedavg_and_aggregations_agree_at_full_participation():
+    q = make_quadratics(6, 3, shared=False, seed=1)
+    r = fedinit.simulate(q, beta=0.0, K=3, eta=0.1, T=4, seed=0)
+    x = r["w"][0, 0].clone()
+    for t in range(4):                                                    # plain FedAvg, full participation
+        y = x.expand(6, 3).clone()
+        for _ in range(3):
+            y = y - 0.1 * q.grad(y)
+        x = y.mean(0)
+        assert float((x - r["w"][t + 1, 0]).abs().max()) < 1e-12
+    a = fedinit.simulate(q, beta=0.3, K=3, eta=0.1, T=6, seed=0, agg="final_avg")
+    b = fedinit.simulate(q, beta=0.3, K=3, eta=0.1, T=6, seed=0, agg="delta_from_init")
+    assert float((a["w"] - b["w"]).abs().max()) < 1e-12                  # offsets average to 0 (notes s2.2)
+
+
+def test_null_test_beta_invariance():
+    c = fedinit.check_null_test(T=30)
+    assert c.verdict == HOLDS and c.value <= 1e-10
+    assert c.details["distinct_hessian_diff"] > 1e-3                     # the test can fail
+
+
+def test_delta_inf_closed_form_and_monotone():
+    exact, claim = fedinit.check_delta_inf(T=200)
+    assert exact.value <= 1e-10 and exact.verdict == HOLDS
+    assert claim.verdict == HOLDS                                         # beta > 0 lowers, beta < 0 raises
+    closed = exact.details["closed"]
+    assert closed[0] > closed[1] > closed[2]                              # -0.3 > 0 > 0.1
+
+
+def test_fixed_point_closed_form_and_bias_shrinks():
+    exact, claim = fedinit.check_fixed_point_bias()
+    assert exact.value <= 1e-10
+    assert claim.verdict == HOLDS and claim.value < 1
+
+
+def test_beta_threshold_is_near_inverse_norm_M():
+    c = fedinit.check_beta_threshold()
+    assert c.verdict == HOLDS
+    assert abs(c.value - c.details["inv_max_norm_M"]) < 0.1              # note: threshold ~ 1/||M|| ~ 1
+    assert c.details["rho_at_proven_max"] < 1
+
+
+def test_floors_scale_as_predicted():
+    eta2, Kc = fedinit.check_floors(T=60, R=4, etas=(0.0025, 0.005, 0.01), Ks=(5, 10, 20))
+    assert eta2.verdict == HOLDS and Kc.verdict == HOLDS
+    s = Kc.details["slopes"]
+    assert abs(s["het_K"] - 2) < 0.25 and abs(s["noise_K"] - 1) < 0.25
+
+
+def test_thm19_holds_in_regime_and_is_outside_beyond_gamma():
+    c = fedinit.check_interpolation_thm19(T=60)
+    assert c.verdict == HOLDS and c.details["zeta"] > 0
+    out = fedinit.check_interpolation_thm19(T=20, beta=0.2)              # beta > 1/sqrt(39) = 0.160
+    assert out.verdict == OUTSIDE
+
+
+def test_thm1_ri_term_is_negligible():
+    c = fedinit.check_thm1_ri_term(T=40)
+    assert c.verdict == VIOLATED and c.value < 1e-2                       # 'same magnitude as D' fails
+    assert fedinit.check_thm1_ri_term(T=10, beta=0.1).verdict == OUTSIDE   # beta > 1/sqrt(141)
+
+
+def test_lemma27_and_ri_amplification_step():
+    assert fedinit.check_lemma27(sims=4000).verdict == HOLDS
+    c = fedinit.check_amplification(T=10, pairs=4)
+    assert c.verdict == HOLDS and c.value <= 1 + 2 * 0.3
+
+
+def test_stability_worsens_with_beta_under_algorithm_1():
+    bound, remark14, thm15 = fedinit.check_stability(T=40, pairs=6, C=10, S=20, d=5)
+    assert bound.verdict == HOLDS                                          # beta = 0: inside Thm 12
+    assert remark14.verdict == VIOLATED and thm15.verdict == HOLDS          # note s6.2 M4: no improvement
+    moved = fedinit.check_stability(T=10, pairs=2, C=10, S=20, d=5, betas=(0.1, 0.2))[0]
+    assert moved.verdict == OUTSIDE                                        # constant beta > 0 breaks Thm 12
+
+
+def test_excess_risk_split():
+    split, gen = fedinit.check_excess_risk_split(datasets=20)
+    assert split.details["E_O"][-1] < split.details["E_O"][0]              # beta lowers E_O (note s6.2 M3/M7)
+    assert gen.verdict == VIOLATED                                          # and raises E_G on this toy
