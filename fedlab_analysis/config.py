@@ -87,6 +87,11 @@ class RunConfig:
     eval_train_samples: int = _f(2000, "size of the fixed train subset used for train_loss/train_acc")
     ckpt_every: int = _f(0, "write ckpt/round_XXXX.pt every k rounds (0 = only last.pt)")
     keep_clients: bool = _f(True, "store every client's last local model in checkpoints")
+    probe: str | None = _f(None, "probes watching training, comma-separated (consensus, drift, sharpness); their "
+                           "numbers go into metrics.jsonl")
+    probe_every: int = _f(1, "run the --probe hooks every k rounds")
+    probe_steps: str | None = _f(None, "local steps at which step-level probes record, e.g. '0,5,10' or 'all' "
+                                 "(default: the last step)")
     quiet: bool = _f(False, "no progress bar")
 
     # ------------------------------------------------------------------------------------------------
@@ -133,7 +138,7 @@ class RunConfig:
             bad("dir_alpha", f"must be > 0 (got {self.dir_alpha})")
         if not 0 < self.lr_decay <= 1.0 + 1e-12:
             bad("lr_decay", f"must be in (0, 1] (got {self.lr_decay})")
-        for name in ("wd", "clip", "ckpt_every"):
+        for name in ("wd", "clip", "ckpt_every", "probe_every"):
             if getattr(self, name) < 0:
                 bad(name, f"must be >= 0 (got {getattr(self, name)})")
         if self.local_steps is not None and self.local_steps <= 0:
@@ -166,7 +171,8 @@ class RunConfig:
         return self
 
 
-DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5, "server_momentum": 0.9}
+DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,
+            "server_momentum": 0.9}
 ALGO_DEFAULTS = {
     "fedals": {"alpha": 10}, "fedals-scaffold": {"alpha": 10},
     "fedadam": {"server_lr": 0.1},

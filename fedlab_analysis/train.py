@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from .config import RunConfig, add_arguments, from_args, load_yaml
+from .config import add_arguments, from_args, load_yaml
 from .errors import UserError
 
 

@@ -1,5 +1,4 @@
 """Every algorithm against its reduction identities and the papers' exact identities (float64, 1e-12)."""
-import math
 
 import numpy as np
 import pytest

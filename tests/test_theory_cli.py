@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from fedlab_analysis.theory import __main__ as cli
 from fedlab_analysis.theory import fedcm
@@ -14,12 +13,6 @@ from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VERDICTS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_cli_fedcm_quick_writes_report(tmp_path):

@@ -1,20 +1,11 @@
 """FedALS theory checks (notes/seed_003 s4-s6) and the least-squares toy with its closed-form risk."""
 import numpy as np
-import pytest
 import torch
 from torch.func import grad, hessian
 
 from fedlab_analysis.theory import fedals
 from fedlab_analysis.theory.claims import HOLDS, VIOLATED
 from fedlab_analysis.theory.toys import DT, make_regression, make_task
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 # ---- the least-squares toy ---------------------------------------------------------------------------------

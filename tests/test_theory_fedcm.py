@@ -10,14 +10,6 @@ from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
 from fedlab_analysis.theory.toys import DT, make_logistic, make_quadratics, participation_mask
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # ---- toys: exact constants against autograd / brute force -------------------------------------------
 @pytest.mark.parametrize("shared", [True, False])
 def test_quadratics_exact(shared):

@@ -1,18 +1,8 @@
 """FedInit theory checks (notes/seed_004 s4, s6, s7): closed forms to 1e-10, verdicts the note predicts."""
-import pytest
-import torch
 
 from fedlab_analysis.theory import fedinit
 from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
 from fedlab_analysis.theory.toys import make_quadratics
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_beta_zero_is_fedavg_and_aggregations_agree_at_full_participation():

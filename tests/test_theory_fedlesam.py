@@ -15,12 +15,6 @@ from fedlab_analysis.theory.toys import make_quadratics
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 # ---- the exact inner maximisation of Eqs. (1)-(2) ---------------------------------------------------

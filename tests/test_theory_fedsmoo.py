@@ -14,12 +14,6 @@ from fedlab_analysis.theory.toys_nonconvex import make_mlp_problem, make_sharp_f
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 # ---- toys_nonconvex: closed-form derivatives against autograd ------------------------------------

@@ -347,13 +347,12 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     ``ref = (slope, x, y)`` draws a dashed reference line of that log-log slope through the series."""
     if out_dir is None:
         return None
-    import matplotlib
-    matplotlib.use("Agg")
     from pathlib import Path
 
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure             # no pyplot: never switches the caller's backend
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    fig = Figure(figsize=(4.6, 3.4))
+    ax = fig.subplots()
     for label, (x, y) in series.items():
         ax.plot(np.asarray(x, float), np.asarray(y, float), "o-", ms=3, label=label)
     if ref is not None:
@@ -366,5 +365,4 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(Path(out_dir) / name, dpi=110)
-    plt.close(fig)
     return name

@@ -2,7 +2,7 @@
 
 A round, top to bottom:
     S        = sample_clients(t)                       bernoulli (the simulator) or fixed
-    x        = algo.start(run, ctx)                    [n_active, P]: w, RI's w + beta (w - w_i^last), FedALS' own models
+    x        = algo.start(run, ctx)                    [n_active, P]: w, RI's w + beta (w - w_i^last), FedALS'
     for k in range(max K_i):                           lock-step: all active clients advance step k together
         g    = algo.gradient(run, ctx, x, k)            plain, SAM, FedSMOO's corrected ascent, FedLESAM's estimate
         d    = algo.direction(run, ctx, x, g)           + prox / SCAFFOLD / FedDyn terms, FedCM mixing
@@ -14,7 +14,6 @@ All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np

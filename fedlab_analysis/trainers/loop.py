@@ -77,15 +77,19 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         rows = [json.loads(s) for s in mpath.read_text().splitlines()] if resume and mpath.exists() else []
         mpath.write_text("".join(json.dumps(r) + "\n" for r in rows if r["round"] <= run.t))
     show = not cfg.quiet and sys.stderr.isatty()
-    from tqdm.auto import tqdm
+    from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
     row = prior["metrics"] if prior else None
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
         seconds = time.perf_counter() - t0
-        if run.t % cfg.eval_every == 0 or run.t == cfg.rounds:
-            row = run.metrics(seconds, ctx)
+        extra = {}
+        for cb in callbacks:                         # probes watching training hand over their numbers here
+            if hasattr(cb, "pop_metrics"):
+                extra.update(cb.pop_metrics())
+        if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or extra:
+            row = {**run.metrics(seconds, ctx), **extra}
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
             if out is not None:
                 with open(out / "metrics.jsonl", "a") as fh:
