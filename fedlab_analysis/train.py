@@ -38,10 +38,12 @@ def main(argv=None) -> int:
         cfg = from_args(args, base)
         if args.out is None:
             raise UserError("--out: give a run directory (it receives config.json, metrics.jsonl and ckpt/)")
-        from .trainers.loop import train
         import torch
+
+        from .probes.hooks import build
+        from .trainers.loop import train
         torch.set_num_threads(cfg.threads)
-        run = train(cfg, args.out, resume=bool(args.resume))
+        run = train(cfg, args.out, resume=bool(args.resume), callbacks=build(cfg))
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -81,3 +81,16 @@ def test_resume_refuses_changed_config(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert train_cli.main(["--resume", str(out), "--rounds", "2"]) == 0
     assert checkpoint.load(out)["round"] == 2
+
+
+def test_training_hooks_write_probe_rows(tmp_path):
+    import json
+    out = tmp_path / "r"
+    code = train_cli.main([*BASE, "--algo", "fedsam", "--rounds", "2", "--local-steps", "2", "--out", str(out),
+                           "--probe", "consensus,drift,sharpness,gap", "--probe-steps", "0,1"])
+    assert code == 0
+    rows = [json.loads(s) for s in (out / "metrics.jsonl").read_text().splitlines()]
+    names = {p["probe"] for r in rows for p in r.get("probes", [])}
+    assert names == {"consensus", "drift", "sharpness", "gap"}, names
+    assert train_cli.main([*BASE, "--out", str(tmp_path / "x"), "--probe", "nonsense"]) == 2
+    assert not (tmp_path / "x").exists()

@@ -80,16 +80,18 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
     row = prior["metrics"] if prior else None
+    consumed = [0] * len(callbacks)
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
         seconds = time.perf_counter() - t0
-        extra = {}
-        for cb in callbacks:                         # probes watching training hand over their numbers here
-            if hasattr(cb, "pop_metrics"):
-                extra.update(cb.pop_metrics())
-        if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or extra:
-            row = {**run.metrics(seconds, ctx), **extra}
+        probed = []
+        for j, cb in enumerate(callbacks):           # probes watching training: their new rows go to metrics.jsonl
+            rows = getattr(cb, "rows", None) or []
+            probed.extend(rows[consumed[j]:])
+            consumed[j] = len(rows)
+        if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or probed:
+            row = {**run.metrics(seconds, ctx), **({"probes": probed} if probed else {})}
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
             if out is not None:
                 with open(out / "metrics.jsonl", "a") as fh:

@@ -1,0 +1,292 @@
+"""Perturbation drift and the quality of the global-direction estimators (issue 8).
+
+FedLESAM Sec. 4.1 (notes/seed_001 sections 2.3, 5 Fig. 2): the global SAM perturbation at local step k is
+delta_{g,k} = rho grad F(w_{g,k}) / ||grad F(w_{g,k})|| at the virtual global model
+w_{g,k} = w^t - eta_g (1/n) sum_i (w^t - w_{i,k}), F the loss on the union of the clients' data. The drift of
+the clients' actual perturbations delta_{i,k} (FedSAM's local ascent, FedSMOO's corrected s_hat, FedLESAM's
+estimate) is
+
+    PD^t = (1 / (2 n E)) sum_k sum_i || u(delta_{g,k}) - u(delta_{i,k}) ||,    u(v) = v / ||v||,
+
+with unit directions, so PD lies in [0, 1] as in the paper's figure (rho divided out, notes/seed_001 section 5).
+A client with a zero perturbation (FedLESAM's first participation) has no direction and is left out of the mean.
+The global update itself is judged at both ends: cos(w^t - w^{t+1}, grad F(w^t)) (does the round descend?) and
+cos(w^t - w^{t+1}, grad F(w^{t+1})) (FedLESAM's full-participation estimate of the next ascent direction; negative
+when the round overshoots along sharp directions).
+
+Estimators of grad F(w) that a checkpoint holds (``estimator_quality``):
+    FedLESAM Eq. 3   cos(w_i^old - w^t, grad F(w^t)) per client against its staleness t - (last round it trained)
+                     (notes/seed_001 section 6.6, "Eq. 3 beyond theory");
+    FedSMOO          cos(s, grad F(w)) of the server perturbation (notes/seed_000 section 7 item 12);
+    FedCM            cos(Delta_t, grad F(x_t)) and ||Delta_t - grad F(x_t)|| / ||grad F(x_t)|| (notes/seed_002 section
+                     6.2 M).
+``make_hook`` logs PD at local steps and the estimators after every probed round; ``CLI['drift']`` reads the
+estimators from a checkpoint (the per-step drift needs training, hence the hook).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import UserError
+from .consensus import wanted
+
+
+# ---- vectors ------------------------------------------------------------------------------------------
+def unit(v: Tensor) -> Tensor:
+    """v / ||v|| row-wise over the whole flat vector; zero rows stay zero."""
+    n = v.norm(dim=-1, keepdim=True)
+    return torch.where(n > 0, v / torch.where(n > 0, n, torch.ones_like(n)), torch.zeros_like(v))
+
+
+def cosine(a: Tensor, b: Tensor) -> Tensor:
+    """cos(a_i, b) row-wise (float64); NaN where a row or b is zero."""
+    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    den = a.norm(dim=-1) * b.norm()
+    return torch.where(den > 0, (a @ b) / torch.where(den > 0, den, torch.ones_like(den)), torch.nan)
+
+
+def perturbation_drift(local: Tensor, global_: Tensor) -> tuple[float | None, int]:
+    """One step of FedLESAM's PD: (1/(2n)) sum_i ||u(global_) - u(local_i)|| over the n clients whose local
+    perturbation is non-zero; returns (PD, n). ``local`` [n, P], ``global_`` [P]; PD is None when n = 0."""
+    local = local.detach().to(torch.float64)
+    keep = local.norm(dim=-1) > 0
+    n = int(keep.sum())
+    if n == 0:
+        return None, 0
+    d = (unit(global_.detach().to(torch.float64)) - unit(local[keep])).norm(dim=-1)
+    return float(d.sum() / (2 * n)), n
+
+
+def virtual_global(w: Tensor, x: Tensor, eta_g: float = 1.0) -> Tensor:
+    """w_{g,k} = w - eta_g (1/n) sum_i (w - x_i) (FedLESAM Sec. 4.1) from the active clients' models x [n, P]."""
+    return w - eta_g * (w - x).mean(0)
+
+
+def full_gradient(f, theta: Tensor, X: Tensor, y: Tensor, loss=F.cross_entropy, batch_size: int = 1024) -> Tensor:
+    """grad_theta of (1/N) sum_n loss(f(theta, x_n), y_n), ``loss`` a mean over its batch; chunks of
+    ``batch_size`` only bound the memory."""
+    theta = theta.detach().requires_grad_(True)
+    g = torch.zeros_like(theta)
+    N = len(y)
+    for s in range(0, N, batch_size):
+        xb, yb = X[s:s + batch_size], y[s:s + batch_size]
+        g += torch.autograd.grad(loss(f(theta, xb), yb) * (len(yb) / N), theta)[0]
+    return g
+
+
+# ---- estimators a checkpoint holds -------------------------------------------------------------------------
+def estimator_quality(w: Tensor, grad: Tensor, state: dict, *, rounds_done: int | None = None,
+                      last_round: Tensor | None = None, source: str = "client_old", first: str = "zero",
+                      wd: float = 0.0) -> dict:
+    """How well the algorithm's stored direction points along grad F(w), for each estimator ``state`` holds.
+
+    ``state`` is ``run.state`` / a checkpoint's ``algo_state``; FedLESAM's staleness of client i is
+    ``rounds_done - last_round[i]`` (None without ``last_round``). ``source``/``first`` are the run's
+    --lesam-source/--lesam-first: the code's form uses the last global update for everyone, a never-seen client
+    uses the first-participation rule (zero: no direction). FedCM's Delta averages the gradients its clients
+    stepped with, weight decay included under --fedcm-wd inside (Lemma 4.1), so it is compared with
+    grad F(w) + ``wd`` w (pass the run's wd there, 0 otherwise)."""
+    out = {"grad_norm": float(grad.norm())}
+    if "w_old" in state:
+        out["fedlesam"] = _lesam(w, grad, state, rounds_done, last_round, source, first)
+    if "s" in state and "mu" in state:
+        out["fedsmoo"] = {"cos_s_grad": _num(cosine(state["s"][None], grad)[0]), "s_norm": float(state["s"].norm())}
+    if "D" in state:
+        D = state["D"].to(torch.float64)
+        g = grad.detach().to(torch.float64) + wd * w.detach().to(torch.float64)
+        rel = float((D - g).norm() / g.norm()) if g.norm() > 0 else None
+        out["fedcm"] = {"cos_D_grad": _num(cosine(D[None], g)[0]), "rel_err": rel, "D_norm": float(D.norm())}
+    return out
+
+
+def _num(v: Tensor):
+    v = float(v)
+    return None if v != v else v
+
+
+def _lesam(w, grad, state, rounds_done, last_round, source, first) -> dict:
+    back = -state["last_update"]                               # w^{t-1} - w^t
+    if source == "last_global_update":
+        return {"source": source, "cos_global_update": _num(cosine(back[None], grad)[0])}
+    seen = state["seen"].bool().cpu()
+    rule = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[first]
+    est = torch.where(seen[:, None].to(w.device), state["w_old"] - w, rule.expand_as(state["w_old"]))
+    cos = cosine(est, grad).cpu()
+    stale = [None] * len(seen)
+    if last_round is not None and rounds_done is not None:
+        stale = [int(rounds_done - r) if s else None for r, s in zip(last_round.cpu().tolist(), seen.tolist())]
+    clients = [{"client": i, "seen": bool(seen[i]), "staleness": stale[i], "cos": _num(cos[i])}
+               for i in range(len(seen))]
+    groups: dict = {}
+    for c in clients:
+        if c["seen"] and c["cos"] is not None:
+            groups.setdefault(c["staleness"], []).append(c["cos"])
+    by_staleness = {str(s): {"n": len(groups[s]), "mean_cos": sum(groups[s]) / len(groups[s])}
+                    for s in sorted(groups, key=lambda s: (s is None, s or 0))}
+    seen_cos = [v for vs in groups.values() for v in vs]
+    return {"source": source, "first": first, "clients": clients, "by_staleness": by_staleness,
+            "mean_cos_seen": sum(seen_cos) / len(seen_cos) if seen_cos else None, "n_seen": int(seen.sum())}
+
+
+# ---- training hook ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _eval_mode(model):
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def make_hook(name: str = "drift", every: int = 1, steps=1, *, samples: int | None = 2048, seed: int = 0,
+              batch_size: int = 1024):
+    """A training callback appending plain-number rows to ``hook.rows``.
+
+    Rounds t with t % every == 0 are probed. At local steps k selected by ``steps`` (see consensus.wanted;
+    default every step) of a sharpness-aware algorithm (one that publishes ``ctx.extra['delta']``), PD_k of the
+    active clients against grad F at the virtual global model (``{"event": "step", "round", "step": k, "pd",
+    "pd_clients"}``); after aggregation the round's mean PD over the probed steps and the estimators of
+    :func:`estimator_quality` at w^{t+1} and ``update_cos_start`` / ``update_cos_end`` (the global update against
+    grad F at both ends, module docstring) (``{"event": "round", ...}``). F is the mean loss over the union of the
+    clients' data (size-weighted), on ``samples`` of it drawn once with ``seed`` (None: all of it); the model is
+    evaluated in eval mode. Cost: one full-gradient pass per probed step, two per probed round. Nothing of the run
+    is changed."""
+    if every < 1:
+        raise UserError(f"--probe-every must be >= 1 (got {every})")
+    if samples is not None and samples <= 0:
+        raise UserError(f"drift probe: samples must be > 0 (got {samples}); None uses all the clients' data")
+    rows: list[dict] = []
+    mem: dict = {"pds": [], "x_prev": None}
+
+    def data(run):
+        if "X" not in mem:
+            idx = torch.cat(run.idx)
+            if samples is not None and samples < len(idx):
+                pick = torch.randperm(len(idx), generator=torch.Generator().manual_seed(seed))[:samples]
+                idx = idx[pick.to(idx.device)]
+            mem["X"], mem["y"] = run.X[idx], run.Y[idx]
+        return mem["X"], mem["y"]
+
+    def grad_F(run, theta):
+        with _eval_mode(run.model):
+            return full_gradient(run.forward, theta, *data(run), loss=run.loss, batch_size=batch_size)
+
+    def hook(event, run, ctx, x):
+        if ctx.t % every:
+            return
+        if event == "step":
+            k = ctx.k
+            x_k = ctx.x0 if k == 0 else mem["x_prev"]           # w_{i,k}: where delta_{i,k} was taken
+            mem["x_prev"] = x.clone() if wanted(steps, k + 1) else None
+            if "delta" not in ctx.extra or not wanted(steps, k):
+                return
+            act = ctx.active.to(x.device)
+            g = grad_F(run, virtual_global(ctx.w, x_k, run.cfg.hp("server_lr")))
+            pd, n = perturbation_drift(ctx.extra["delta"][act], g)
+            mem["pds"].append(pd)
+            rows.append({"probe": name, "event": "step", "round": ctx.t + 1, "step": k, "pd": pd, "pd_clients": n})
+        elif event == "round":
+            pds = [v for v in mem["pds"] if v is not None]
+            mem["pds"] = []
+            g_new, back = grad_F(run, run.w), (ctx.w - run.w)[None]
+            q = estimator_quality(run.w, g_new, run.state, rounds_done=run.t, last_round=run.last_round,
+                                  source=run.cfg.lesam_source, first=run.cfg.lesam_first, wd=_fedcm_wd(vars(run.cfg)))
+            rows.append({"probe": name, "event": "round", "round": ctx.t + 1,
+                         "pd": sum(pds) / len(pds) if pds else None, "pd_steps": len(pds), **flat_quality(q),
+                         "update_cos_start": _num(cosine(back, grad_F(run, ctx.w))[0]),
+                         "update_cos_end": _num(cosine(back, g_new)[0])})
+
+    hook.rows = rows
+    return hook
+
+
+def flat_quality(q: dict) -> dict:
+    """The estimator dict as one row of plain numbers (FedLESAM's per-staleness means as ``lesam_cos_s{s}``)."""
+    row = {"grad_norm": q["grad_norm"]}
+    if "fedlesam" in q:
+        L = q["fedlesam"]
+        if "cos_global_update" in L:
+            row["lesam_cos"] = L["cos_global_update"]
+        else:
+            row["lesam_cos"] = L["mean_cos_seen"]
+            row.update({f"lesam_cos_s{s}": b["mean_cos"] for s, b in L["by_staleness"].items()})
+    if "fedsmoo" in q:
+        row["smoo_cos_s_grad"] = q["fedsmoo"]["cos_s_grad"]
+    if "fedcm" in q:
+        row["fedcm_cos_D_grad"] = q["fedcm"]["cos_D_grad"]
+        row["fedcm_rel_err"] = q["fedcm"]["rel_err"]
+    return row
+
+
+def _fedcm_wd(cfg: dict) -> float:
+    """The weight decay inside FedCM's momentum (--fedcm-wd inside) from a config dict, else 0."""
+    return float(cfg.get("wd", 0.0)) if cfg.get("fedcm_wd", "inside") == "inside" else 0.0
+
+
+# ---- checkpoint CLI -------------------------------------------------------------------------------------
+def from_checkpoint(bundle, batch_size: int = 1024) -> dict:
+    """The estimators the checkpoint's algo_state holds, against grad F of the bundle's data at its global model."""
+    ck, cfg = bundle.ckpt, bundle.config
+    state = {k: v.to(bundle.theta.device) for k, v in ck["algo_state"].items()}
+    state = {k: v.to(bundle.theta.dtype) if v.is_floating_point() else v for k, v in state.items()}
+    if not ({"w_old", "D"} & set(state) or {"s", "mu"} <= set(state)):
+        raise UserError(f"the drift probe reads FedLESAM's w_old, FedSMOO's s or FedCM's momentum D, and this "
+                        f"{cfg['algo']} checkpoint holds none of them (it has {', '.join(state) or 'no state'}); "
+                        f"per-step perturbation drift needs training: record it with the drift hook "
+                        f"(python -m fedlab_analysis.train ... --probe drift)")
+    g = full_gradient(bundle.f, bundle.theta, bundle.X, bundle.y, batch_size=batch_size)
+    cl = ck.get("clients")
+    last = torch.as_tensor(cl["rounds"]) if cl else None
+    q = estimator_quality(bundle.theta, g, state, rounds_done=int(ck["round"]), last_round=last,
+                          source=cfg.get("lesam_source", "client_old"), first=cfg.get("lesam_first", "zero"),
+                          wd=_fedcm_wd(cfg))
+    if "fedlesam" in q and last is None and "clients" in q["fedlesam"]:
+        q["notes"] = ["staleness needs each client's last round, which this checkpoint did not keep; re-run "
+                      "training with --keep-clients true"]
+    return q
+
+
+def plot(q: dict, title: str | None = None):
+    """FedLESAM: cos against staleness per client; FedSMOO / FedCM: their cosines as bars."""
+    from ..plots import figure
+    fig, ax = figure()
+    a = ax[0, 0]
+    L = q.get("fedlesam", {})
+    if L.get("clients"):
+        pts = [(c["staleness"], c["cos"]) for c in L["clients"] if c["staleness"] is not None and c["cos"] is not None]
+        if pts:
+            a.scatter(*zip(*pts), s=14, alpha=0.7, label="clients")
+            s, m = zip(*[(int(k), b["mean_cos"]) for k, b in L["by_staleness"].items() if k != "None"])
+            a.plot(s, m, "k.-", label="mean")
+            a.set(xlabel="staleness (rounds since last trained)", ylabel="cos(w_i^old - w, grad F(w))")
+            a.legend(fontsize=8)
+    else:
+        bars = {k: v for k, v in {"FedLESAM cos(-last update, grad F)": L.get("cos_global_update"),
+                                  "FedSMOO cos(s, grad F)": q.get("fedsmoo", {}).get("cos_s_grad"),
+                                  "FedCM cos(D, grad F)": q.get("fedcm", {}).get("cos_D_grad")}.items()
+                if v is not None}
+        a.barh(list(bars), list(bars.values()))
+        a.set(xlabel="cosine", xlim=(-1, 1))
+    if title:
+        a.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def add_arguments(p):
+    p.add_argument("--batch-size", type=int, default=1024, help="chunk of the full-gradient pass (memory only)")
+
+
+def run(args, bundle):
+    q = from_checkpoint(bundle, args.batch_size)
+    summary = flat_quality(q)
+    return {**q, "summary": summary}, plot(q, f"{bundle.config['algo']}, round {int(bundle.ckpt['round'])}") \
+        if args.plot else None
+
+
+CLI = {"drift": (add_arguments, run)}

@@ -1,0 +1,384 @@
+"""Global and local sharpness, and the Jensen gap between the local-SAM and global-SAM objectives (issue 8).
+
+    sharpness    s(w) = max_{||delta||_2 <= rho} F(w + delta) - F(w)          FedLESAM Sec. 2.2 (Keskar et al.)
+    global       F = mean loss over the union of the clients' data               FedLESAM Sec. 4.1, Fig. 2 right
+    local        F_i = mean loss over client i's data
+    Eq. (1)      G = max_{||delta|| <= rho} sum_i p_i F_i(w + delta)              global (centralised) SAM
+    Eq. (2)      L = sum_i p_i max_{||delta_i|| <= rho} F_i(w_i + delta_i)       local (federated) SAM
+    Jensen gap   L - G >= 0 when w_i = w and the inner maxima are exact (E max >= max E)
+
+Inner maximisers (``method``):
+    one_step    delta = rho g / ||g||, g = grad F(w): SAM's first-order solution (seed_001 section 5)
+    ascent      ``steps`` normalised projected gradient-ascent steps on the rho-ball, from the one-step point
+                (default) or a random point of the sphere; a step that would lower F is halved until it does
+                not, so the trace never decreases (an m-step ascent from the one-step point never ends below it)
+    quadratic   the exact maximiser of the second-order model F(w) + g'd + d'Hd/2 on the ball (trust-region
+                boundary problem: eigen-decomposition + secular equation); exact on quadratics, P <= 4096
+Every method returns F(w + delta) - F(w) at a feasible delta, so every estimate is a lower bound on s(w).
+rho defaults to the training rho (the checkpoint's ``--rho``, 0.1 for non-SAM runs) in the CLI and hook.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as Fn
+
+from ..errors import UserError
+
+LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
+METHODS = ("one_step", "ascent", "quadratic")
+MAX_QUADRATIC_P = 4096
+
+
+# ---- objectives: F(theta) as a scalar function of one flat vector -------------------------------------------
+class Objective:
+    """F(theta) from a differentiable scalar function ``fun(theta)``."""
+
+    def __init__(self, fun):
+        self.fun = fun
+
+    def value(self, theta: torch.Tensor) -> float:
+        with torch.no_grad():
+            return float(self.fun(theta))
+
+    def value_and_grad(self, theta: torch.Tensor) -> tuple[float, torch.Tensor]:
+        with torch.enable_grad():
+            th = theta.detach().requires_grad_(True)
+            v = self.fun(th)
+            (g,) = torch.autograd.grad(v, th)
+        return float(v.detach()), g
+
+    def hessian(self, theta: torch.Tensor) -> torch.Tensor:
+        return torch.func.hessian(self.fun)(theta.detach())
+
+
+class DataObjective(Objective):
+    """F(theta) = (1/n) sum_j loss(f(theta, x_j), y_j), evaluated in chunks of ``batch_size`` samples."""
+
+    def __init__(self, f, X: torch.Tensor, y: torch.Tensor, loss="ce", batch_size: int = 4096):
+        if len(y) == 0:
+            raise UserError("sharpness needs at least one sample; check --data / --samples")
+        if not (isinstance(loss, str) and loss in LOSSES) and not callable(loss):
+            raise UserError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable")
+        self.f, self.X, self.y, self.n = f, X, y, len(y)
+        self.loss = LOSSES[loss] if isinstance(loss, str) else loss
+        self.chunks = list(zip(X.split(batch_size), y.split(batch_size)))
+        super().__init__(lambda th: sum(self._chunk(th, x, t) for x, t in self.chunks))
+
+    def _chunk(self, theta, x, t):
+        return self.loss(self.f(theta, x), t) * (len(t) / self.n)
+
+    def value_and_grad(self, theta):
+        th, v, g = theta.detach().requires_grad_(True), 0.0, torch.zeros_like(theta)
+        with torch.enable_grad():
+            for x, t in self.chunks:            # one graph per chunk: memory of one chunk
+                loss = self._chunk(th, x, t)
+                g += torch.autograd.grad(loss, th)[0]
+                v += float(loss.detach())
+        return v, g
+
+
+class Mixture(Objective):
+    """F = sum_i p_i F_i (FedLESAM Sec. 4.1: F = (1/N) sum_i F_i with uniform p)."""
+
+    def __init__(self, parts: list[Objective], p: torch.Tensor):
+        self.parts, self.p = parts, [float(x) for x in p]
+        super().__init__(lambda th: sum(pi * F.fun(th) for pi, F in zip(self.p, parts)))
+
+    def value(self, theta):
+        return sum(pi * F.value(theta) for pi, F in zip(self.p, self.parts))
+
+    def value_and_grad(self, theta):
+        vg = [F.value_and_grad(theta) for F in self.parts]
+        return sum(pi * v for pi, (v, _) in zip(self.p, vg)), sum(pi * g for pi, (_, g) in zip(self.p, vg))
+
+    def hessian(self, theta):
+        return sum(pi * F.hessian(theta) for pi, F in zip(self.p, self.parts))
+
+
+def client_weights(sizes, weights: str = "uniform") -> torch.Tensor:
+    """p_i: ``uniform`` (1/N, the papers' F) or ``size`` (n_i / n, the union's mean loss)."""
+    n = torch.as_tensor([float(s) for s in sizes], dtype=torch.float64)
+    if weights == "uniform":
+        return torch.full_like(n, 1.0 / len(n))
+    if weights == "size":
+        return n / n.sum()
+    raise UserError(f"unknown client weights {weights!r}; use uniform or size")
+
+
+# ---- inner maximisation over the rho-ball -----------------------------------------------------------------
+def _unit(v: torch.Tensor) -> torch.Tensor:
+    n = v.norm()
+    return v / n if n > 0 else torch.zeros_like(v)
+
+
+def _project(d: torch.Tensor, rho: float) -> torch.Tensor:
+    n = float(d.norm())
+    return d * (rho / n) if n > rho else d
+
+
+def trust_region_max(H: torch.Tensor, g: torch.Tensor, rho: float) -> torch.Tensor:
+    """argmax_{||d|| <= rho} g'd + d'Hd/2 for symmetric H (any sign), in float64.
+
+    KKT: (lam I - H) d = g, lam >= max(lambda_max(H), 0), lam (||d|| - rho) = 0. In the eigenbasis H = Q diag(a) Q',
+    ||d(lam)||^2 = sum_j (Q'g)_j^2 / (lam - a_j)^2 decreases on (a_max, inf); lam is found by bisection. The hard
+    case (g orthogonal to the top eigenspace, e.g. at a minimum) fills the remaining radius with a top
+    eigenvector; both candidates are formed and the one with the larger model value is returned, which also
+    covers a gradient that is zero only up to rounding."""
+    H64, g64 = H.detach().double(), g.detach().double()
+    a, Q = torch.linalg.eigh((H64 + H64.T) / 2)
+    c, amax = Q.T @ g64, float(a[-1])
+    top = a >= amax - 1e-9 * max(1.0, abs(amax))
+
+    def d_of(lam):
+        den = lam - a
+        return torch.where(den > 0, c / den.clamp_min(1e-300), torch.zeros_like(c))
+
+    def q(d):
+        return float(c @ d + 0.5 * (a * d * d).sum())
+
+    lo = max(amax, 0.0)
+    if lo > amax and float(d_of(lo).norm()) <= rho:          # concave and interior: lam = 0
+        return (Q @ d_of(lo)).to(g)
+    hi = lo + float(c.norm()) / rho + 1e-300
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(d_of(mid).norm()) > rho else (lo, mid)
+    cands = [_project(d_of(hi), rho)]
+    d0 = torch.where(top, torch.zeros_like(c), d_of(max(amax, 0.0)))
+    if amax >= 0 and float(d0.norm()) <= rho:               # hard case: lam = a_max
+        e = torch.zeros_like(c)
+        j = int(top.nonzero()[0])
+        e[j] = 1.0 if float(c[j]) >= 0 else -1.0
+        cands.append(d0 + math.sqrt(max(rho ** 2 - float(d0.norm()) ** 2, 0.0)) * e)
+    return (Q @ max(cands, key=q)).to(g)
+
+
+def maximise(F: Objective, theta: torch.Tensor, rho: float, method: str = "one_step", *, steps: int = 10,
+             step_size: float | None = None, start: str = "one_step", seed: int = 0) -> dict:
+    """Approximate argmax_{||delta|| <= rho} F(theta + delta) (see the module docstring for ``method``).
+
+    Returns ``{"value": F(w + delta), "base": F(w), "sharpness": value - base, "delta": tensor,
+    "grad_norm": ||grad F(w)||, "trace": [F(w + delta_j) - F(w) per ascent step], "n_grads", "n_values"}``."""
+    if method not in METHODS:
+        raise UserError(f"unknown sharpness method {method!r}; use one of {', '.join(METHODS)}")
+    if not rho > 0:
+        raise UserError(f"rho must be > 0 (got {rho}); pass the training --rho or a positive radius")
+    if method == "ascent" and steps < 1:
+        raise UserError(f"ascent needs steps >= 1 (got {steps})")
+    if start not in ("one_step", "random"):
+        raise UserError(f"unknown ascent start {start!r}; use one_step or random")
+    theta = theta.detach()
+    base, g = F.value_and_grad(theta)
+    n_grads, n_values = 1, 0
+    if method == "quadratic":
+        if theta.numel() > MAX_QUADRATIC_P:
+            raise UserError(f"method 'quadratic' builds the full Hessian and allows P <= {MAX_QUADRATIC_P} "
+                            f"(this model has {theta.numel()}); use --method ascent")
+        delta = trust_region_max(F.hessian(theta), g, rho)
+    elif method == "one_step" or start == "one_step":
+        delta = rho * _unit(g)
+    else:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        delta = rho * _unit(torch.randn(theta.numel(), generator=gen, dtype=torch.float64).to(theta))
+    value = F.value(theta + delta)
+    n_values += 1
+    trace = [value - base]
+    if method == "ascent":
+        a = rho if step_size is None else float(step_size)
+        for _ in range(steps):
+            v, gd = F.value_and_grad(theta + delta)
+            n_grads += 1
+            u = _unit(gd)
+            if float(u.norm()) == 0:
+                break
+            for _ in range(30):                      # halve until the step does not lower F
+                cand = _project(delta + a * u, rho)
+                vc = F.value(theta + cand)
+                n_values += 1
+                if vc >= v:
+                    delta, value = cand, vc
+                    break
+                a /= 2
+            trace.append(value - base)
+    return {"value": value, "base": base, "sharpness": value - base, "delta": delta,
+            "grad_norm": float(g.norm()), "delta_norm": float(delta.norm()), "trace": trace,
+            "n_grads": n_grads, "n_values": n_values}
+
+
+def _plain(r: dict, **extra) -> dict:
+    """JSON-ready: drop the perturbation tensor."""
+    return {**{k: v for k, v in r.items() if k != "delta"}, **extra}
+
+
+# ---- the probes ----------------------------------------------------------------------------------------------
+def global_sharpness(f, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, rho: float,
+                     method: str = "one_step", steps: int = 10, *, step_size: float | None = None,
+                     start: str = "one_step", seed: int = 0, loss="ce", batch_size: int = 4096,
+                     return_delta: bool = False) -> dict:
+    """Global sharpness max_{||delta|| <= rho} F(w + delta) - F(w), F the mean loss over (X, y) (give the union of
+    the clients' data: FedLESAM Fig. 2 right). ``f(theta, x) -> logits`` (put BatchNorm models in eval mode).
+
+    Returns a plain dict: ``sharpness``, ``loss`` F(w), ``loss_perturbed`` F(w + delta), ``grad_norm``, ``trace``
+    (per ascent step), ``rho``, ``method``, ``steps``, ``n_samples`` (+ ``delta`` with ``return_delta``)."""
+    F = DataObjective(f, X, y, loss, batch_size)
+    r = maximise(F, theta, rho, method, steps=steps, step_size=step_size, start=start, seed=seed)
+    out = _plain(r, loss=r["base"], loss_perturbed=r["value"], rho=float(rho), method=method,
+                 steps=steps if method == "ascent" else 0, n_samples=len(y))
+    if return_delta:
+        out["delta"] = r["delta"]
+    return out
+
+
+def client_objectives(f, X, y, indices, loss="ce", batch_size: int = 4096) -> list[DataObjective]:
+    """F_i over client i's samples ``X[indices[i]]``."""
+    return [DataObjective(f, X[torch.as_tensor(ix, device=X.device)], y[torch.as_tensor(ix, device=y.device)],
+                          loss, batch_size) for ix in indices]
+
+
+def jensen_gap(objectives: list[Objective], theta: torch.Tensor, rho: float, *, weights=None,
+               client_thetas: torch.Tensor | None = None, method: str = "one_step", **kw) -> dict:
+    """FedLESAM Eqs. (1)-(2): ``local_sam`` = sum_i p_i max_{||d_i||<=rho} F_i(w_i + d_i) (Eq. 2),
+    ``global_sam`` = max_{||d||<=rho} sum_i p_i F_i(w + d) (Eq. 1), ``gap`` = local_sam - global_sam.
+
+    ``weights``: p (default uniform); ``client_thetas`` [N, P]: the w_i of Eq. (2) (default w_i = w, the aligned
+    case in which the gap is >= 0 for exact maxima). Also per-client local sharpness and the global sharpness.
+    With approximate maxima (one_step, ascent) both terms are lower bounds and the gap can be negative."""
+    N = len(objectives)
+    p = torch.full((N,), 1.0 / N, dtype=torch.float64) if weights is None \
+        else torch.as_tensor(weights, dtype=torch.float64)
+    if len(p) != N or (p < 0).any() or abs(float(p.sum()) - 1) > 1e-9:
+        raise UserError(f"client weights must be {N} non-negative numbers summing to 1")
+    if client_thetas is not None and client_thetas.shape[0] != N:
+        raise UserError(f"client_thetas has {client_thetas.shape[0]} rows for {N} clients")
+    wi = [theta if client_thetas is None else client_thetas[i] for i in range(N)]
+    local = [maximise(F, w, rho, method, **kw) for F, w in zip(objectives, wi)]
+    glob = maximise(Mixture(objectives, p), theta, rho, method, **kw)
+    local_sam = sum(float(pi) * r["value"] for pi, r in zip(p, local))
+    return {"local_sam": local_sam, "global_sam": glob["value"], "gap": local_sam - glob["value"],
+            "aligned": client_thetas is None, "rho": float(rho), "method": method,
+            "local_sharpness": [r["sharpness"] for r in local], "local_loss": [r["base"] for r in local],
+            "global_sharpness": glob["sharpness"], "global_loss": glob["base"], "weights": p.tolist()}
+
+
+def local_sharpness(f, theta, X, y, indices, rho: float, method: str = "one_step", *,
+                    client_thetas: torch.Tensor | None = None, loss="ce", **kw) -> dict:
+    """Per-client sharpness max_{||d|| <= rho} F_i(w_i + d) - F_i(w_i) at w_i = w (default) or the given
+    client models (what FedSAM's local ascent targets)."""
+    Fs = client_objectives(f, X, y, indices, loss)
+    rs = [maximise(Fi, theta if client_thetas is None else client_thetas[i], rho, method, **kw)
+          for i, Fi in enumerate(Fs)]
+    s = [r["sharpness"] for r in rs]
+    return {"local_sharpness": s, "local_loss": [r["base"] for r in rs], "mean": sum(s) / len(s),
+            "max": max(s), "rho": float(rho), "method": method}
+
+
+def training_rho(config: dict) -> float:
+    """The rho a run trained with (its --rho, or the papers' default 0.1: config.DEFAULTS)."""
+    from ..config import RunConfig
+    return float(RunConfig.from_dict(config).hp("rho"))
+
+
+# ---- training hook ---------------------------------------------------------------------------------------
+def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float | None = None,
+              method: str = "one_step", ascent_steps: int = 10, local: bool = False, samples: int | None = None):
+    """Callback for ``run.callbacks``: every ``every`` rounds, the global sharpness of w^{t+1} on the run's fixed
+    train subset (``run.eval_train``: the union of the clients' data, or its first ``samples``); with ``local``
+    also each client's sharpness on its own data at w^{t+1}. At the local steps ``steps`` (a set of k) of logged
+    rounds, the one-step local sharpness of every active client at its current local model x_{i,k}.
+    Rows (plain numbers) accumulate in ``hook.rows``."""
+    want = None if steps is None else {int(k) for k in steps}
+
+    def hook(event, run, ctx, x):
+        r = run.cfg.hp("rho") if rho is None else rho
+        f = run.forward
+        if event == "step":
+            if want is None or ctx.k not in want or ctx.t % every:
+                return
+            run.model.eval()
+            S = ctx.S.tolist()
+            Fs = client_objectives(f, run.X, run.Y, [run.idx[i] for i in S])
+            s = [maximise(Fi, x[j], r, "one_step")["sharpness"] for j, Fi in enumerate(Fs)]
+            run.model.train()
+            hook.rows.append({"probe": name, "round": ctx.t, "step": ctx.k, "rho": r,
+                              "local_sharpness_at_x": dict(zip(map(str, S), s))})
+        elif event == "round" and run.t % every == 0:
+            run.model.eval()
+            ix = run.eval_train[:samples] if samples else run.eval_train
+            g = global_sharpness(f, run.w, run.X[ix], run.Y[ix], r, method, ascent_steps)
+            row = {"probe": name, "round": run.t, "rho": r, "method": method,
+                   "sharpness_global": g["sharpness"], "loss": g["loss"], "grad_norm": g["grad_norm"]}
+            if local:
+                ls = local_sharpness(f, run.w, run.X, run.Y, run.idx, r, method, steps=ascent_steps)
+                row.update(sharpness_local_mean=ls["mean"], sharpness_local_max=ls["max"])
+            hook.rows.append(row)
+
+    hook.rows = []
+    return hook
+
+
+# ---- command line ----------------------------------------------------------------------------------------
+def add_arguments(p):
+    p.add_argument("--rho", type=float, default=None, help="radius (default: the checkpoint's training rho)")
+    p.add_argument("--method", choices=METHODS, default="ascent", help="inner maximiser")
+    p.add_argument("--steps", type=int, default=10, help="ascent steps m")
+    p.add_argument("--step-size", type=float, default=None, help="ascent step length (default rho)")
+    p.add_argument("--start", choices=("one_step", "random"), default="one_step", help="ascent start point")
+    p.add_argument("--local", action="store_true", help="also per-client sharpness and the Jensen gap "
+                   "(FedLESAM Eqs. 1-2) at the global model")
+    p.add_argument("--at-clients", action="store_true", help="the Jensen gap's Eq. (2) at the clients' last "
+                   "local models (needs a checkpoint that kept them)")
+    p.add_argument("--weights", choices=("uniform", "size"), default="uniform", help="client weights p_i")
+    p.add_argument("--batch-size", type=int, default=4096, help="samples per forward pass")
+
+
+def run(args, b):
+    from .common import require_clients
+    rho = training_rho(b.config) if args.rho is None else args.rho
+    kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
+    g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
+    out = {"rho": rho, "rho_source": "training" if args.rho is None else "--rho", "global": g,
+           "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method}}
+    if args.local or args.at_clients:
+        if b.data != "train":
+            raise UserError("--local uses the clients' own data; drop --data (it must be train)")
+        if args.samples is not None:
+            raise UserError("--local uses every client's full data; drop --samples")
+        idx = b.ckpt["partition"]["indices"]
+        ds_X, ds_y = _client_data(b, args.data_dir)
+        Fs = client_objectives(b.f, ds_X, ds_y, idx, batch_size=args.batch_size)
+        W = require_clients(b, "--at-clients") if args.at_clients else None
+        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=client_weights([len(i) for i in idx], args.weights),
+                                   client_thetas=W, method=args.method, **kw)
+        out["summary"].update(jensen_gap=out["jensen"]["gap"],
+                              local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
+    return out, plot(out) if args.plot else None
+
+
+def _client_data(b, data_dir=None):
+    """The whole training set in the checkpoint's indexing (client indices point into it)."""
+    from ..data import load_dataset
+    ds = load_dataset(b.config["dataset"], data_dir=data_dir or b.config.get("data_dir"), seed=b.config["seed"])
+    return ds.x_train.to(b.theta), ds.y_train.to(b.theta.device)
+
+
+def plot(result: dict):
+    from ..plots import figure
+    fig, ax = figure(ncols=2 if "jensen" in result else 1)
+    g = result["global"]
+    ax[0, 0].plot(range(len(g["trace"])), g["trace"], marker="o")
+    ax[0, 0].set(xlabel="ascent step", ylabel="F(w + delta) - F(w)",
+                 title=f"global sharpness, rho={result['rho']:g} ({g['method']})")
+    if "jensen" in result:
+        j = result["jensen"]
+        ax[0, 1].bar(range(len(j["local_sharpness"])), j["local_sharpness"], color="C1", label="local s_i")
+        ax[0, 1].axhline(j["global_sharpness"], color="C0", label="global s")
+        ax[0, 1].set(xlabel="client", ylabel="sharpness",
+                     title=f"Jensen gap (Eq.2 - Eq.1) = {j['gap']:.3g}")
+        ax[0, 1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+CLI = {"sharpness": (add_arguments, run)}
