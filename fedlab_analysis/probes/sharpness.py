@@ -286,7 +286,7 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
     """Callback for ``run.callbacks``: every ``every`` rounds, the global sharpness of w^{t+1} on the run's fixed
     train subset (``run.eval_train``: the union of the clients' data, or its first ``samples``); with ``local``
     also each client's sharpness on its own data at w^{t+1}. At the local steps ``steps`` (a set of k) of logged
-    rounds, the one-step local sharpness of every active client at its current local model x_{i,k}.
+    rounds, the one-step local sharpness of every active client at its local model x_{i,k} after k local steps.
     Rows (plain numbers) accumulate in ``hook.rows``."""
     want = None if steps is None else {int(k) for k in steps}
 
@@ -294,20 +294,21 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
         r = run.cfg.hp("rho") if rho is None else rho
         f = run.forward
         if event == "step":
-            if want is None or ctx.k not in want or ctx.t % every:
+            k = ctx.k + 1                            # x holds the models after k local steps (as consensus, drift)
+            if want is None or k not in want or ctx.t % every:
                 return
             run.model.eval()
             S = ctx.S.tolist()
             Fs = client_objectives(f, run.X, run.Y, [run.idx[i] for i in S])
             s = [maximise(Fi, x[j], r, "one_step")["sharpness"] for j, Fi in enumerate(Fs)]
             run.model.train()
-            hook.rows.append({"probe": name, "round": ctx.t, "step": ctx.k, "rho": r,
+            hook.rows.append({"probe": name, "event": "step", "round": ctx.t + 1, "step": k, "rho": r,
                               "local_sharpness_at_x": dict(zip(map(str, S), s))})
         elif event == "round" and run.t % every == 0:
             run.model.eval()
             ix = run.eval_train[:samples] if samples else run.eval_train
             g = global_sharpness(f, run.w, run.X[ix], run.Y[ix], r, method, ascent_steps)
-            row = {"probe": name, "round": run.t, "rho": r, "method": method,
+            row = {"probe": name, "event": "round", "round": run.t, "rho": r, "method": method,
                    "sharpness_global": g["sharpness"], "loss": g["loss"], "grad_norm": g["grad_norm"]}
             if local:
                 ls = local_sharpness(f, run.w, run.X, run.Y, run.idx, r, method, steps=ascent_steps)

@@ -1,0 +1,365 @@
+"""Curvature probe (issue 6): Hessian top eigenvalues, trace and spectral density of a checkpoint's loss.
+
+The questions FedSMOO Table 2 and FedLESAM Fig. 2 ask (notes/seed_000 Table 2, seed_001 section 5):
+the top Hessian eigenvalue lambda_max and the trace tr(H) of the global model's training loss, and
+per layer (sharpness per layer, PyHessian issue #10). Function first:
+
+    op = HessianOperator(f, theta, (X, y))                 # hvp.py: H = (1/N) sum_b n_b H_b
+    top_eigenvalues(op, k=5)                               # lanczos.py: Lanczos, full re-orth.
+    trace(op, 100, method="hutch++", deflate=5)            # Hutchinson / Hutch++ with a stderr
+    density(op, n_steps=80, n_vectors=4)                   # stochastic Lanczos quadrature
+    per_layer(f, theta, (X, y), space)                     # top eigenvalue and trace per layer
+
+and a CLI through ``python -m fedlab_analysis.probe hessian|trace|density CKPT [...]`` (``CLI``).
+``--backend pyhessian|curvlinops`` asks the same question through those libraries (optional
+extras) for cross-checks. Readings chosen where the papers say nothing (seed_000 "Hessian
+[AMBIG]"): cross-entropy training loss without weight decay (``--wd`` adds it), eval mode, the full
+chosen data set (``--minibatch N`` for PyHessian's one-batch Hessian).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import sys
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from ..errors import UserError
+from ..params import ParamSpace
+from .hvp import HessianOperator, MatrixOperator, Operator
+from .lanczos import density, smooth_density, top_eigenvalues, trace
+
+__all__ = ["HessianOperator", "MatrixOperator", "Operator", "top_eigenvalues", "trace", "density",
+           "per_layer", "layer_specs", "plot_eigenvalues", "plot_density", "plot_per_layer", "CLI"]
+
+
+# ---- per layer ------------------------------------------------------------------------------------
+def layer_specs(space: ParamSpace, by: str = "block") -> dict[str, str]:
+    """``{label: ParamSpace spec}`` for each layer: ``by='block'`` (a weight with its bias/norm
+    scale, FedALS blocks), ``'param'`` (each named tensor) or ``'group'`` (phi/h)."""
+    if by == "param":
+        return {name: name for name in space.names}
+    if by == "block":
+        first = {}
+        for l in space.layers:
+            first.setdefault(l.block, l.name.rsplit(".", 1)[0] if "." in l.name else l.name)
+        return {label: f"block:{b}" for b, label in first.items()}
+    if by == "group":
+        return {g: f"group:{g}" for g in dict.fromkeys(l.group for l in space.layers)}
+    raise UserError(f"unknown per-layer split {by!r}; use 'block', 'param' or 'group'")
+
+
+def per_layer(f, theta, data, space: ParamSpace, *, by: str = "block", k: int = 1, tol: float = 1e-3,
+              max_iter: int | None = None, trace_products: int = 60, trace_method: str = "hutch++",
+              seed: int = 0, **op_kwargs) -> dict[str, dict]:
+    """Top eigenvalue and trace of each diagonal block H[layer, layer] of the Hessian.
+
+    ``op_kwargs`` go to ``HessianOperator`` (batch_size, loss, weight_decay, backend). A layer with
+    at most ``trace_products`` entries gets its exact trace. Returns ``{label: {spec, dim,
+    top_eigenvalue, eigenvalues, residuals, trace, trace_stderr, n_products, seconds}}``."""
+    rows = {}
+    for label, spec in layer_specs(space, by).items():
+        op = HessianOperator(f, theta, data, params=spec, space=space, **op_kwargs)
+        top = top_eigenvalues(op, k=min(k, op.dim), tol=tol, max_iter=max_iter, seed=seed)
+        tr = trace(op, min(trace_products, op.dim), method=trace_method, seed=seed)
+        rows[label] = {"spec": spec, "dim": op.dim, "top_eigenvalue": top["eigenvalues"][0],
+                       "eigenvalues": top["eigenvalues"], "residuals": top["residuals"],
+                       "converged": top["converged"], "trace": tr["trace"], "trace_stderr": tr["stderr"],
+                       "n_products": op.n_products, "seconds": op.seconds}
+    return rows
+
+
+# ---- figures (plots.py style; pass ax to draw into an existing figure) ---------------------------------
+def _axes(ax, n=1, width=5.0):
+    """(figure, [axes]) from the given axes (one or a sequence) or a new figure in plots.py's style."""
+    if ax is not None:
+        axes = list(np.atleast_1d(ax))
+        return axes[0].figure, axes
+    from ..plots import figure
+    fig, axes = figure(ncols=n, w=width, h=3.6)
+    return fig, list(axes[0])
+
+
+def plot_eigenvalues(result: dict, ax=None, title: str | None = None) -> Figure:
+    """Top-k eigenvalues with their residuals (an eigenvalue lies within the residual)."""
+    fig, (ax,) = _axes(ax)
+    vals = np.array(result["eigenvalues"])
+    ax.errorbar(np.arange(1, len(vals) + 1), vals, yerr=result.get("residuals"), fmt="o", capsize=3)
+    ax.set_xlabel(f"index ({result.get('which', 'LA')} order)")
+    ax.set_ylabel("Hessian eigenvalue")
+    ax.set_title(title or f"top-{len(vals)} Hessian eigenvalues ({result.get('method', '')}, "
+                 f"{result.get('n_products', '?')} HVPs)")
+    return fig
+
+
+def plot_density(result: dict, ax=None, title: str | None = None) -> Figure:
+    """The SLQ spectral density on a log scale; ``result`` may also be ``{label: density result}``."""
+    fig, (ax,) = _axes(ax, width=6.0)
+    curves = {"": result} if "density" in result else result
+    for label, r in curves.items():
+        ax.semilogy(r["grid"], np.maximum(np.array(r["density"]), 1e-12), label=label or None)
+    one = next(iter(curves.values()))
+    ax.set_xlabel("eigenvalue")
+    ax.set_ylabel("density (log scale)")
+    ax.set_ylim(bottom=max(1e-8, min(np.max(r["density"]) for r in curves.values()) * 1e-6))
+    sigma = f", sigma={one['sigma']:.2g}" if one.get("sigma") is not None else ""
+    ax.set_title(title or f"Hessian spectral density (SLQ: {one['n_steps']} steps x {one['n_vectors']} "
+                 f"vectors{sigma})")
+    if len(curves) > 1:
+        ax.legend(fontsize="small")
+    return fig
+
+
+def plot_per_layer(result: dict, ax=None, title: str | None = None) -> Figure:
+    """Bars per layer: top eigenvalue (left) and trace with its standard error (right).
+    ``ax`` may be a pair of axes; rows without a top eigenvalue draw the trace panel only."""
+    labels = list(result)
+    has_top = all("top_eigenvalue" in r for r in result.values())
+    fig, axes = _axes(ax, 2 if has_top else 1, width=max(4.0, 0.5 * len(labels) + 2))
+    x = np.arange(len(labels))
+    panels = ([("top_eigenvalue", None, "top eigenvalue")] if has_top else []) + \
+        [("trace", "trace_stderr", "trace (+- stderr)")]
+    for a, (key, err, name) in zip(axes, panels):
+        a.bar(x, [r[key] for r in result.values()],
+              yerr=[r.get(err, r.get("stderr")) or 0.0 for r in result.values()] if err else None, capsize=3)
+        a.set_xticks(x, labels, rotation=45, ha="right", fontsize="small")
+        a.set_ylabel(name)
+        a.set_xlabel("layer")
+    fig.suptitle(title or "Hessian per layer (diagonal blocks)")
+    fig.tight_layout()
+    return fig
+
+
+# ---- optional backends: the same question through PyHessian 0.1 / curvlinops ------------------------
+def _module_at(bundle, spec):
+    """A copy of the model holding theta; parameters outside ``spec`` do not require grad."""
+    model = copy.deepcopy(bundle.model).to(bundle.theta.dtype).eval()
+    model.zero_grad(set_to_none=True)   # PyHessian adds its gradient to whatever .grad holds
+    named = bundle.space.unflatten(bundle.theta)
+    keep = {l.name for l in bundle.space.select(spec)} if spec else set(named)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(named[name])
+            p.requires_grad_(name in keep)
+    return model, [p for n, p in model.named_parameters() if n in keep]
+
+
+@contextlib.contextmanager
+def _seeded(seed):
+    """These libraries draw from torch's global RNG: seed it here and restore it afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _pyhessian(args, bundle, batches, spec, question):
+    import pyhessian
+    mod = sys.modules["pyhessian.hessian"]
+    if bundle.theta.dtype != torch.float32:
+        raise UserError("PyHessian 0.1 draws its vectors in float32 only; run it with --dtype float32")
+    model, _ = _module_at(bundle, spec)
+    count = [0]
+    hvp = mod.hessian_vector_product
+    mod.hessian_vector_product = _counting(hvp, count)
+    try:
+        with _seeded(args.seed):
+            one = len(batches) == 1
+            h = pyhessian.hessian(model, torch.nn.CrossEntropyLoss(), data=batches[0] if one else None,
+                                  dataloader=None if one else batches, cuda=bundle.theta.is_cuda)
+            h.dataloader_hv_product = _counting(h.dataloader_hv_product, count)
+            if question == "hessian":
+                vals, _ = h.eigenvalues(maxIter=args.max_iter or 100, tol=args.tol, top_n=args.top_k)
+                out = {"eigenvalues": [float(v) for v in vals]}
+            elif question == "trace":
+                s = np.array(h.trace(maxIter=args.products, tol=args.tol))
+                out = {"trace": float(s.mean()), "stderr": float(s.std(ddof=1) / np.sqrt(len(s))) if len(s) > 1
+                       else None, "n_probes": len(s)}
+            else:
+                try:
+                    nodes, weights = h.density(iter=args.steps, n_v=args.vectors)
+                except (AttributeError, RuntimeError) as e:
+                    raise UserError(f"PyHessian 0.1's density() fails on this PyTorch ({e}); "
+                                    "use --backend ours") from None
+                nodes, weights = np.array(nodes), np.array(weights)
+                grid, dens, sigma = smooth_density(nodes, weights, args.sigma)
+                out = {"nodes": nodes.tolist(), "weights": weights.tolist(), "grid": grid, "density": dens,
+                       "sigma": sigma, "n_steps": nodes.shape[1], "n_vectors": args.vectors}
+    finally:
+        mod.hessian_vector_product = hvp
+    return {**out, "n_products": count[0]}
+
+
+def _curvlinops(args, bundle, batches, spec, question):
+    import curvlinops
+    from scipy.sparse.linalg import eigsh
+
+    model, params = _module_at(bundle, spec)
+    H = curvlinops.HessianLinearOperator(model, torch.nn.CrossEntropyLoss(), params, batches,
+                                         check_deterministic=False)
+    count = [0]
+    H._matmat = _counting(H._matmat, count, lambda M: M[0].shape[-1])   # M: list of [*shape, columns]
+    dim = sum(p.numel() for p in params)
+    with _seeded(args.seed):
+        if question == "hessian":
+            if args.top_k >= dim:
+                raise UserError(f"eigsh needs --top-k < {dim}; use --backend ours")
+            v0 = torch.randn(dim, generator=torch.Generator().manual_seed(args.seed), dtype=torch.float64)
+            vals = eigsh(H.to_scipy(), k=args.top_k, which=args.which, tol=args.tol, v0=v0.numpy())[0]
+            out = {"eigenvalues": vals[np.argsort({"LA": -vals, "SA": vals, "LM": -np.abs(vals)}[args.which])].tolist()}
+        elif question == "trace" and args.method == "hutch++":
+            out = {"trace": float(curvlinops.hutchpp_trace(H, args.products - args.products % 3)), "stderr": None}
+        elif question == "trace":
+            s = np.array([float(curvlinops.hutchinson_trace(H, 1)) for _ in range(args.products)])
+            out = {"trace": float(s.mean()), "stderr": float(s.std(ddof=1) / np.sqrt(len(s)))}
+        else:
+            grid, dens = curvlinops.lanczos_approximate_spectrum(H, ncv=args.steps, num_repeats=args.vectors)
+            out = {"grid": grid.tolist(), "density": dens.tolist(), "n_steps": args.steps,
+                   "n_vectors": args.vectors, "sigma": None}
+    return {**out, "n_products": count[0]}
+
+
+def _counting(fn, count: list, n=lambda *a: 1):
+    """``fn`` that adds ``n(*args)`` to ``count[0]`` per call (to count another library's products)."""
+    def counted(*a, **kw):
+        count[0] += n(*a)
+        return fn(*a, **kw)
+    return counted
+
+
+# ---- command line ---------------------------------------------------------------------------------
+def _add_common(p):
+    p.add_argument("--layer", default=None, metavar="SPEC",
+                   help="restrict H to these parameters: a name, a glob (layer1.*), group:phi, block:3, re:REGEX")
+    p.add_argument("--per-layer", action="store_true", help="one result per layer (see --by)")
+    p.add_argument("--by", default="block", choices=["block", "param", "group"],
+                   help="what --per-layer calls a layer (block = a weight with its bias)")
+    p.add_argument("--batch-size", type=int, default=1000, help="HVP chunk size over the data (memory only)")
+    p.add_argument("--minibatch", type=int, default=None, metavar="N",
+                   help="the Hessian of ONE seeded mini-batch of N samples instead of the whole data")
+    p.add_argument("--wd", type=float, default=0.0, help="add wd * I (the weight-decay term)")
+    p.add_argument("--hvp", default="autograd", choices=["autograd", "func"],
+                   help="double backward (default; works with GroupNorm) or torch.func jvp(grad)")
+    p.add_argument("--keep-graph", action="store_true",
+                   help="hold each batch's gradient graph between products (faster, PyHessian's memory cost)")
+    p.add_argument("--backend", default="ours", choices=["ours", "pyhessian", "curvlinops"],
+                   help="run the question through an optional library instead (cross-check)")
+    p.add_argument("--tol", type=float, default=1e-3, help="relative tolerance")
+
+
+def add_hessian_arguments(p):
+    _add_common(p)
+    p.add_argument("--top-k", type=int, default=1, help="number of eigenvalues")
+    p.add_argument("--which", default="LA", choices=["LA", "SA", "LM"],
+                   help="LA: largest, SA: most negative, LM: largest magnitude")
+    p.add_argument("--method", default="lanczos", choices=["lanczos", "power", "eigsh"])
+    p.add_argument("--max-iter", type=int, default=None)
+    p.add_argument("--products", type=int, default=60, help="trace products per layer with --per-layer")
+
+
+def add_trace_arguments(p):
+    _add_common(p)
+    p.add_argument("--products", type=int, default=100, help="Hessian-vector products in all")
+    p.add_argument("--method", default="hutch++", choices=["hutchinson", "hutch++"])
+    p.add_argument("--deflate", type=int, default=0, metavar="K",
+                   help="deflate a Krylov space holding the top-K eigenvectors first")
+
+
+def add_density_arguments(p):
+    _add_common(p)
+    p.add_argument("--steps", type=int, default=80, help="Lanczos steps per vector")
+    p.add_argument("--vectors", type=int, default=4, help="number of SLQ start vectors")
+    p.add_argument("--sigma", type=float, default=None, help="Gaussian width (default 1%% of the range)")
+
+
+def _data(args, bundle):
+    X, y = bundle.X, bundle.y
+    if args.minibatch is None:
+        return (X, y), {"n": len(y), "batch_size": args.batch_size, "minibatch": None}
+    if not 1 <= args.minibatch <= len(y):
+        raise UserError(f"--minibatch {args.minibatch} must be between 1 and the {len(y)} samples chosen")
+    idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(args.seed))[:args.minibatch]
+    return (X[idx.to(X.device)], y[idx.to(y.device)]), {"n": args.minibatch, "batch_size": None,
+                                                        "minibatch": args.minibatch}
+
+
+def _ask(question, args, bundle, data, spec) -> dict:
+    """One question (hessian/trace/density) on the parameters ``spec``, by the chosen backend."""
+    if args.backend != "ours":
+        X, y = data
+        bs = args.batch_size if args.minibatch is None else len(y)
+        batches = list(zip(X.split(bs), y.split(bs)))
+        if spec:
+            HessianOperator(bundle.f, bundle.theta, data, params=spec, space=bundle.space)  # validates
+        run = {"pyhessian": _pyhessian, "curvlinops": _curvlinops}[args.backend]
+        try:
+            return run(args, bundle, batches, spec, question)
+        except NotImplementedError as e:   # curvlinops: no forward-mode rule (GroupNorm's backward)
+            raise UserError(f"--backend {args.backend} cannot differentiate this model ({str(e).splitlines()[0]}); "
+                            "use --backend ours") from None
+        except ImportError:
+            raise UserError(f"--backend {args.backend} is not installed; pip install --no-deps "
+                            f"{'pyhessian==0.1' if args.backend == 'pyhessian' else 'curvlinops-for-pytorch'}"
+                            ) from None
+    op = HessianOperator(bundle.f, bundle.theta, data, batch_size=args.batch_size if args.minibatch is None
+                         else None, weight_decay=args.wd, backend=args.hvp, params=spec, space=bundle.space,
+                         keep_graph=args.keep_graph)
+    if question == "hessian":
+        r = top_eigenvalues(op, args.top_k, which=args.which, tol=args.tol, max_iter=args.max_iter,
+                            seed=args.seed, method=args.method)
+        r.pop("eigenvectors")
+    elif question == "trace":
+        r = trace(op, args.products, method=args.method, deflate=args.deflate, seed=args.seed, tol=args.tol)
+    else:
+        r = density(op, args.steps, args.vectors, args.sigma, seed=args.seed)
+    return {**r, "seconds_per_product": op.seconds_per_product, "parameters": op.describe()}
+
+
+def _run(question, args, bundle):
+    ours_only = {"--wd": args.wd, "--hvp func": args.hvp != "autograd", "--keep-graph": args.keep_graph,
+                 "--per-layer": args.per_layer, "--deflate": getattr(args, "deflate", 0),
+                 "--method power/eigsh": getattr(args, "method", None) in ("power", "eigsh")}
+    if args.backend != "ours" and any(ours_only.values()):
+        raise UserError(f"--backend {args.backend} does not take {', '.join(k for k, v in ours_only.items() if v)}; "
+                        "drop it or use --backend ours")
+    if args.layer and args.per_layer:
+        raise UserError("give either --layer SPEC or --per-layer, not both")
+    data, data_info = _data(args, bundle)
+    head = {"backend": args.backend, "seed": args.seed, "dtype": str(bundle.theta.dtype).replace("torch.", ""),
+            "data_used": {"split": getattr(args, "data", None), "samples": getattr(args, "samples", None),
+                          **data_info}}
+    if not args.per_layer:
+        r = _ask(question, args, bundle, data, args.layer)
+        keys = {"hessian": ("eigenvalues", "residuals"), "trace": ("trace", "stderr"), "density": ("trace",)}
+        summary = {k: r.get(k) for k in (*keys[question], "n_products", "seconds")}
+        plot = {"hessian": plot_eigenvalues, "density": plot_density}.get(question)
+        return {**head, **r, "summary": summary}, plot(r) if plot else None
+    if question == "hessian":
+        rows = per_layer(bundle.f, bundle.theta, data, bundle.space, by=args.by, k=args.top_k, tol=args.tol,
+                         max_iter=args.max_iter, trace_products=args.products, seed=args.seed,
+                         batch_size=args.batch_size if args.minibatch is None else None,
+                         weight_decay=args.wd, backend=args.hvp, keep_graph=args.keep_graph)
+    else:
+        rows = {label: _ask(question, args, bundle, data, spec)
+                for label, spec in layer_specs(bundle.space, args.by).items()}
+    summary = {label: {k: r[k] for k in ("top_eigenvalue", "trace") if k in r} for label, r in rows.items()}
+    fig = plot_density(rows) if question == "density" else plot_per_layer(rows)
+    return {**head, "by": args.by, "layers": rows, "summary": summary}, fig
+
+
+def run_hessian(args, bundle):
+    return _run("hessian", args, bundle)
+
+
+def run_trace(args, bundle):
+    return _run("trace", args, bundle)
+
+
+def run_density(args, bundle):
+    return _run("density", args, bundle)
+
+
+CLI = {"hessian": (add_hessian_arguments, run_hessian),
+       "trace": (add_trace_arguments, run_trace),
+       "density": (add_density_arguments, run_density)}

@@ -1,0 +1,609 @@
+"""Loss landscapes: filter-normalised random planes (Li et al. 2018), federated planes, 1-D interpolation.
+
+Method (Li, Xu, Taylor, Studer, Goldstein 2018, "Visualizing the Loss Landscape of Neural Nets", and their
+reference code tomgoldstein/loss-landscape, anchors.md section 3.2):
+  * a direction d is Gaussian, one draw per entry; every >=2-D tensor is filter-normalised, each slice along
+    dim 0 (a conv filter / a linear row) rescaled so that ||d_i|| = ||w_i|| (Li et al. Sec. 4);
+  * 1-D tensors (biases, norm scales, BatchNorm running stats) get direction 0 by default (``ignore='biasbn'``),
+    or, on request, a copy of w itself (the reference code's behaviour when they are not ignored);
+  * the surface is f(a, b) = L(theta0 + a*d1 + b*d2) on a grid, each point built from theta0 afresh, so the
+    centre of the grid IS the checkpoint, on a fixed evaluation set, loss and accuracy.
+  * ``dir_type='states'`` (parameters + BatchNorm buffers) is :func:`with_states`.
+
+Federated planes (the reason this module exists; FedSMOO Fig. 3, FedLESAM Figs. 1, 3, 6 only show random ones):
+  * :func:`plane_through` the global model and two clients' last local models;
+  * :func:`plane_update` the global model and its last update Delta (FedLESAM's estimate of the global
+    perturbation direction, Sec. 4.1 / Fig. 1f), against a random direction at the same scale;
+  * :func:`plane_hessian` the top two Hessian eigenvectors;
+  * :func:`pca_trajectory` PCA of the run's checkpoints (Li et al. Sec. 7).
+:func:`line` is the 1-D interpolation between two checkpoints (Goodfellow et al. 2015; Li et al. Sec. 3).
+
+Unlike ``loss-landscapes`` 3.0.6 (anchors.md 3.1): directions are zero-mean, filter normalisation is exact and
+skips 1-D tensors, the grid is not walked in place (no drift, the centre is exact), the caller's model is
+never touched, and everything lives on theta's device. Grid points are evaluated ``batch_points`` at a time
+with ``torch.vmap`` over the stacked parameter vectors.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import UserError
+from ..params import Layer, ParamSpace
+
+LI_LEVELS = (0.1, 10.0, 0.5)  # Li et al. plot_2D.py: contour levels arange(vmin, vmax, vlevel)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# directions
+
+def random_direction(space: ParamSpace, theta: Tensor, gen: torch.Generator, *, norm: str = "filter",
+                     ignore_1d: bool = True) -> Tensor:
+    """One Gaussian direction over ``space``, normalised to the weights ``theta`` (flat, same layout).
+
+    ``norm``: 'filter' (each slice along dim 0 has the norm of the same slice of w; Li et al. Sec. 4),
+    'layer' (each tensor has the norm of w's tensor) or 'none' (raw N(0, 1)).
+    ``ignore_1d``: tensors with <= 1 dim get 0 (Li's ``ignore='biasbn'``); False copies w into them as the
+    reference code does. The draw is float64 on ``gen``'s device, so a seed gives the same direction for
+    float32 and float64 models and on every device; the result has theta's dtype and device.
+    """
+    if norm not in ("filter", "layer", "none"):
+        raise UserError(f"unknown direction norm {norm!r}; use 'filter', 'layer' or 'none'")
+    w = theta.detach().to(gen.device, torch.float64)
+    d = torch.randn(space.P, generator=gen, dtype=torch.float64, device=gen.device)
+    for l in space.layers:
+        dl, wl = d[l.slice], w[l.slice]
+        if len(l.shape) <= 1:
+            dl.copy_(torch.zeros_like(wl) if ignore_1d else wl)
+        elif norm != "none":
+            rows = l.shape[0] if norm == "filter" else 1
+            dv, wv = dl.view(rows, -1), wl.view(rows, -1)
+            dv.mul_(wv.norm(dim=1, keepdim=True) / dv.norm(dim=1, keepdim=True))
+    return d.to(theta.device, theta.dtype)
+
+
+def _orthogonal(d: Tensor, to: Tensor, scale: float | None = None) -> Tensor:
+    """The part of ``d`` orthogonal to ``to`` (one Gram-Schmidt step), rescaled to ``scale``
+    (default: d's own norm)."""
+    scale = d.norm() if scale is None else scale
+    out = d - (d @ to) / (to @ to) * to
+    return out * (scale / out.norm())
+
+
+def plane_random(space: ParamSpace, theta: Tensor, seed: int, orthogonalize: bool = False, *,
+                 norm: str = "filter", ignore_1d: bool = True) -> tuple[Tensor, Tensor]:
+    """Two directions from ``torch.Generator().manual_seed(seed)``, d1 drawn first.
+
+    ``orthogonalize`` projects d1 out of d2 AFTER normalisation and restores d2's norm (loss-landscapes
+    orthogonalises before normalising, which filter normalisation then undoes). d2's filters are then
+    normalised only approximately; random directions are nearly orthogonal already (cos ~ 1/sqrt(P))."""
+    gen = torch.Generator().manual_seed(int(seed))
+    d1 = random_direction(space, theta, gen, norm=norm, ignore_1d=ignore_1d)
+    d2 = random_direction(space, theta, gen, norm=norm, ignore_1d=ignore_1d)
+    return d1, (_orthogonal(d2, d1) if orthogonalize else d2)
+
+
+def plane_through(theta0: Tensor, theta1: Tensor, theta2: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The plane through three models, e.g. the global model and two clients' last local models.
+
+    Returns ``(origin, d1, d2, coords)``: origin = theta0, d1 = theta1 - theta0, d2 = the part of
+    theta2 - theta0 orthogonal to d1 scaled to ||d1||, so the plane is drawn without shear, one unit being
+    ||theta1 - theta0|| on both axes. ``coords`` [3, 2] holds the (a, b) of theta0, theta1, theta2
+    (theta1 is exactly (1, 0))."""
+    d1 = theta1 - theta0
+    u = theta2 - theta0
+    if d1.norm() == 0 or (u - (u @ d1) / (d1 @ d1) * d1).norm() == 0:
+        raise UserError("the three models are collinear (or two are equal), so they span no plane; "
+                        "pick two clients with different local models")
+    d2 = _orthogonal(u, d1, d1.norm())
+    coords = torch.tensor([[0.0, 0.0], [1.0, 0.0], [float((u @ d1) / (d1 @ d1)), float((u @ d2) / (d2 @ d2))]],
+                          dtype=torch.float64)
+    return theta0, d1, d2, coords
+
+
+def plane_update(space: ParamSpace, theta: Tensor, update: Tensor, seed: int, *, norm: str = "filter",
+                 ignore_1d: bool = True) -> tuple[Tensor, Tensor]:
+    """The plane of the last global update Delta = w^t - w^{t-1} and a random direction.
+
+    FedLESAM (Sec. 4.1, Fig. 1f) estimates the global ascent direction by -Delta. d1 = Delta, so the previous
+    global model sits at (a, b) = (-1, 0); d2 is a filter-normalised random direction made orthogonal to
+    Delta and scaled to ||Delta||, so both axes share one unit and the curvature along Delta can be compared
+    with a random direction's."""
+    if update.norm() == 0:
+        raise UserError("the last global update is zero, so it gives no direction; probe a later round")
+    gen = torch.Generator().manual_seed(int(seed))
+    r = random_direction(space, theta, gen, norm=norm, ignore_1d=ignore_1d)
+    return update, _orthogonal(r, update, update.norm())
+
+
+def plane_hessian(f, theta: Tensor, data: tuple[Tensor, Tensor], space: ParamSpace | None = None,
+                  params: str | None = None, seed: int = 0, **kwargs):
+    """The plane of the top two Hessian eigenvectors (unit norm) of the mean cross-entropy at theta,
+    from the curvature probe's Lanczos (``kwargs`` go to its ``top_eigenvalues``: tol, max_iter, method).
+
+    ``params`` (a ParamSpace spec such as 'group:h', needs ``space``) restricts H to those coordinates; the
+    eigenvectors are then zero elsewhere. Returns ``(d1, d2, eigenvalues)``. Along a unit eigenvector v_i
+    the loss is L(theta) + lambda_i a^2 / 2 + O(a^3), so the grid axes are parameter-space distances."""
+    from .curvature import HessianOperator, top_eigenvalues  # the curvature probe, imported on use
+
+    op = HessianOperator(f, theta, data, params=params, space=space)
+    out = top_eigenvalues(op, 2, seed=seed, **kwargs)
+    v = torch.as_tensor(out["eigenvectors"]).to(theta.device, theta.dtype)
+    return v[0], v[1], out["eigenvalues"][:2]
+
+
+def pca_trajectory(thetas: Tensor) -> dict:
+    """Li et al. Sec. 7 (``projection.py``): PCA of the differences theta_t - theta_T over a run's
+    checkpoints (rows of ``thetas``, in order, the last one the origin), centred as sklearn's PCA does.
+
+    Returns ``{'origin', 'd1', 'd2' (unit principal directions), 'coords' [T, 2] (projection of every
+    theta_t - theta_T), 'explained' (explained-variance ratios of the two components)}``."""
+    if thetas.dim() != 2 or thetas.shape[0] < 4:
+        raise UserError(f"a trajectory PCA needs at least 4 checkpoints (3 differences span 2 centred "
+                        f"dimensions), got {len(thetas)}; save more rounds (--ckpt-every) or probe a later one")
+    origin = thetas[-1]
+    M = thetas[:-1] - origin
+    _, S, Vh = torch.linalg.svd(M - M.mean(0), full_matrices=False)
+    if not S[1] > 1e-12 * S[0]:
+        raise UserError("the checkpoints lie on a line (their differences span < 2 dimensions); "
+                        "no PCA plane exists, use --other for a 1-D interpolation instead")
+    # sklearn's svd_flip: the largest-|.| entry of each component is positive (a deterministic sign)
+    Vh = Vh[:2] * torch.sign(Vh[:2].gather(1, Vh[:2].abs().argmax(1, keepdim=True)))
+    var = S.pow(2)
+    return {"origin": origin, "d1": Vh[0], "d2": Vh[1], "coords": (thetas - origin) @ Vh.T,
+            "explained": (var[:2] / var.sum()).tolist()}
+
+
+def with_states(model, space: ParamSpace, theta: Tensor):
+    """Li et al.'s ``dir_type='states'``: one flat vector of the parameters followed by the floating
+    buffers (BatchNorm running mean/var). Returns ``(space, f, z)`` to use in place of the
+    parameter-only triple; buffers are 1-D, so random directions leave them alone unless
+    ``ignore_1d=False``, but :func:`line` interpolates them (the reference README's advice)."""
+    bspace = ParamSpace.buffers_of(model)
+    others = {n: b for n, b in model.named_buffers() if not b.is_floating_point()}
+    layers = space.layers + [Layer(l.name, l.shape, l.offset + space.P, l.numel, l.block, "buffers")
+                             for l in bspace.layers]
+    z = torch.cat([theta, bspace.flatten(dict(model.named_buffers())).to(theta.device, theta.dtype)])
+
+    def f(z: Tensor, x: Tensor) -> Tensor:
+        named = {**space.unflatten(z[..., :space.P]), **bspace.unflatten(z[..., space.P:]), **others}
+        return torch.func.functional_call(model, named, (x,))
+    return ParamSpace(layers), f, z
+
+
+# ---------------------------------------------------------------------------------------------------------
+# evaluation
+
+def _per_sample(loss, out: Tensor, y: Tensor) -> Tensor:
+    """Per-sample losses [B, n] from outputs [B, n, ...]."""
+    if loss == "ce":
+        return -out.log_softmax(-1).gather(-1, y.expand(out.shape[0], -1).unsqueeze(-1)).squeeze(-1)
+    if loss == "mse":
+        return (out - y.view(1, *out.shape[1:])).pow(2).reshape(*out.shape[:2], -1).mean(-1)
+    return loss(out, y)
+
+
+def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="auto", chunk=16384):
+    """Mean loss (and accuracy for 'ce') over ``data`` at the models ``thetas_of(coords[s:e])``.
+
+    ``batch_points`` models go through one vmapped forward ('auto': on CPU 512 // N, so 1 from 512 samples
+    on (vmap over points only pays there for tiny sets, benchmarks/bench_landscape.py), on a GPU as many as
+    256 MiB of stacked parameters allow, at most 64);
+    ``chunk`` bounds points x samples per forward. Sums are float64."""
+    if not (callable(loss) or loss in ("ce", "mse")):
+        raise UserError(f"unknown loss {loss!r}; use 'ce', 'mse' or a callable (out [B, n, ...], y) -> [B, n]")
+    X, y = data
+    first = thetas_of(coords[:1])
+    dev, dt = first.device, first.dtype
+    X = X.to(dev, dt) if X.is_floating_point() else X.to(dev)
+    y = y.to(dev, dt) if y.is_floating_point() else y.to(dev)
+    N, n = X.shape[0], coords.shape[0]
+    if N == 0:
+        raise UserError("the evaluation set is empty; choose other --data or more --samples")
+    if batch_points == "auto":  # CPU: batch only tiny evaluation sets, where a call's overhead dominates
+        batch_points = (max(1, min(32, 512 // N)) if dev.type == "cpu"
+                        else max(1, min(64, 2**28 // (first.numel() * first.element_size()))))
+    B = max(1, min(int(batch_points), n))
+    step = max(1, chunk // B)
+    vf = torch.vmap(f, in_dims=(0, None))
+    losses = torch.zeros(n, dtype=torch.float64, device=dev)  # sums stay on the device: no sync per batch
+    correct = torch.zeros(n, dtype=torch.float64, device=dev)
+    with torch.inference_mode():
+        for s in range(0, n, B):
+            th = thetas_of(coords[s:s + B])
+            for c in range(0, N, step):
+                xb, yb = X[c:c + step], y[c:c + step]
+                out = f(th[0], xb).unsqueeze(0) if th.shape[0] == 1 else vf(th, xb)
+                losses[s:s + B] += _per_sample(loss, out, yb).sum(1, dtype=torch.float64)
+                if loss == "ce":
+                    correct[s:s + B] += (out.argmax(-1) == yb).sum(1, dtype=torch.float64)
+    return losses.cpu() / N, (correct.cpu() / N if loss == "ce" else None)
+
+
+def _grid(lo: float, hi: float, n: int) -> np.ndarray:
+    """n points from lo to hi, each computed as (lo*(n-1-i) + hi*i)/(n-1), so a symmetric range with odd n
+    has exactly 0.0 in the middle (linspace's lo + i*step may miss it by an ulp)."""
+    if n < 2 or not lo < hi:
+        raise UserError(f"a grid needs at least 2 points and lo < hi, got {n} points on [{lo}, {hi}]")
+    return np.array([(lo * (n - 1 - i) + hi * i) / (n - 1) for i in range(n)])
+
+
+def _plane(theta0: Tensor, d1: Tensor, d2: Tensor):
+    """coords [B, 2] -> models theta0 + a*d1 + b*d2 [B, P], built from theta0 every time."""
+    return lambda c: theta0 + c[:, :1].to(theta0) * d1 + c[:, 1:2].to(theta0) * d2
+
+
+def evaluate_plane(f, theta0: Tensor, d1: Tensor, d2: Tensor, data, coords, **kw) -> dict:
+    """Loss (and accuracy) at arbitrary plane coordinates ``coords`` [[a, b], ...]."""
+    c = torch.as_tensor(np.asarray(coords, dtype=np.float64).reshape(-1, 2))
+    losses, acc = _evaluate(f, _plane(theta0, d1, d2), c, data, **kw)
+    return {"loss": losses.tolist(), "acc": None if acc is None else acc.tolist()}
+
+
+def surface(f, theta0: Tensor, d1: Tensor, d2: Tensor, data, grid: int = 25, range_=(-1.0, 1.0),
+            range_y=None, batch_points="auto", loss="ce", chunk: int = 16384, points: dict | None = None) -> dict:
+    """L(theta0 + a*d1 + b*d2) on a ``grid`` x ``grid`` lattice over ``range_`` (a) x ``range_y`` (b).
+
+    ``data`` = (X, y) is the fixed evaluation set; ``f(theta, x)`` the functional model (eval mode).
+    ``loss[i][j]`` and ``acc[i][j]`` are at (a[i], b[j]) ('ij' indexing). ``points`` {name: (a, b)} are
+    evaluated exactly too (e.g. the clients of :func:`plane_through`). Nothing passed in is modified."""
+    a = _grid(*map(float, range_), int(grid))
+    b = _grid(*map(float, range_ if range_y is None else range_y), int(grid))
+    A, Bm = np.meshgrid(a, b, indexing="ij")
+    coords = torch.as_tensor(np.stack([A.ravel(), Bm.ravel()], 1))
+    opts = dict(loss=loss, batch_points=batch_points, chunk=chunk)
+    t0 = time.perf_counter()
+    losses, acc = _evaluate(f, _plane(theta0, d1, d2), coords, data, **opts)
+    seconds = time.perf_counter() - t0
+    Lg, Ag = losses.view(len(a), len(b)), (None if acc is None else acc.view(len(a), len(b)))
+    names = list(points or {})
+    on_grid = 0.0 in a and 0.0 in b  # then the grid holds the centre and reports that very value
+    extra = ([] if on_grid else [(0.0, 0.0)]) + [tuple(map(float, points[k])) for k in names]
+    el, ea = _evaluate(f, _plane(theta0, d1, d2), torch.tensor(extra, dtype=torch.float64).view(-1, 2), data,
+                       **opts) if extra else (None, None)
+    if on_grid:
+        i, j = a.tolist().index(0.0), b.tolist().index(0.0)
+        centre = (Lg[i, j].item(), _item(Ag, (i, j)))
+    else:
+        centre, el, ea = (el[0].item(), _item(ea, 0)), el[1:], (None if ea is None else ea[1:])
+    return {
+        "a": a.tolist(), "b": b.tolist(), "indexing": "ij",
+        "loss": Lg.tolist(), "acc": None if Ag is None else Ag.tolist(),
+        "center_loss": centre[0], "center_acc": centre[1],
+        "points": [{"name": k, "a": float(points[k][0]), "b": float(points[k][1]), "loss": el[i].item(),
+                    "acc": _item(ea, i)} for i, k in enumerate(names)],
+        "n_samples": int(data[0].shape[0]), "d1_norm": float(d1.norm()), "d2_norm": float(d2.norm()),
+        "cos_d1_d2": float((d1 @ d2) / (d1.norm() * d2.norm())),
+        "seconds": seconds, "seconds_per_point": seconds / coords.shape[0],
+    }
+
+
+def _item(t: Tensor | None, i):
+    return None if t is None else t[i].item()
+
+
+def line(f, theta_a: Tensor, theta_b: Tensor, data, n: int = 25, extend: float = 0.25, **kw) -> dict:
+    """1-D interpolation (1 - t)*theta_a + t*theta_b (Goodfellow et al. 2015; Li et al. Sec. 3).
+
+    ``n`` points on [0, 1] (t = i/(n-1), so t=0 and t=1 are exactly the two models) plus the same spacing
+    continued ``extend`` beyond each end."""
+    if n < 2 or extend < 0:
+        raise UserError(f"a line needs n >= 2 points and extend >= 0, got n={n}, extend={extend}")
+    m = int(round(extend * (n - 1)))
+    t = torch.tensor([i / (n - 1) for i in range(-m, n + m)], dtype=torch.float64)
+    thetas_of = lambda c: (1 - c.to(theta_a)) * theta_a + c.to(theta_a) * theta_b  # noqa: E731
+    t0 = time.perf_counter()
+    losses, acc = _evaluate(f, thetas_of, t[:, None], data, **kw)
+    seconds = time.perf_counter() - t0
+    return {"t": t.tolist(), "loss": losses.tolist(), "acc": None if acc is None else acc.tolist(),
+            "loss_a": losses[m].item(), "loss_b": losses[m + n - 1].item(),
+            "distance": float((theta_b - theta_a).norm()), "n_samples": int(data[0].shape[0]),
+            "seconds": seconds, "seconds_per_point": seconds / len(t)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# plots (matplotlib Figure objects outside pyplot, in the package style of plots.py)
+
+def _new_figure(size):
+    from matplotlib.figure import Figure
+
+    from ..plots import style
+    style()  # the package's one figure style
+    return Figure(figsize=size, layout="constrained")
+
+
+def _figure(ax=None, projection=None, size=(5, 4)):
+    if ax is not None:
+        return ax.figure, ax
+    fig = _new_figure(size)
+    return fig, fig.add_subplot(projection=projection)
+
+
+def _Z(result, what):
+    if result.get(what) is None:
+        raise UserError(f"this landscape has no {what!r} values (accuracy needs loss='ce')")
+    return np.ma.masked_invalid(np.asarray(result[what], dtype=float).T)  # [b, a] for matplotlib; inf/nan hidden
+
+
+def paper_levels(Z: np.ndarray, n_fallback: int = 12) -> np.ndarray:
+    """Li et al.'s contour levels arange(0.1, 10, 0.5) inside Z's range; when fewer than 4 of them fall
+    there (a very flat or very low surface), ``n_fallback`` evenly spaced levels instead."""
+    Z = np.ma.masked_invalid(Z)
+    lo, hi = float(Z.min()), float(Z.max())
+    levels = np.arange(*LI_LEVELS)
+    inside = levels[(levels > lo) & (levels < hi)]
+    return inside if len(inside) >= 4 else np.linspace(lo, hi, n_fallback + 2)[1:-1]
+
+
+def _mark(ax, result):
+    ax.plot([0], [0], "k*", ms=10, label="centre")
+    for p in result.get("points", []):
+        ax.plot([p["a"]], [p["b"]], "o", ms=7, mec="k", label=f"{p['name']} ({p['loss']:.3g})")
+    ax.legend(fontsize=7, loc="best", framealpha=0.7)
+
+
+def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled: bool = True):
+    """Li et al. style contour lines (levels 0.1:10:0.5 by default) over a filled map, with the centre
+    and the plane's marked points."""
+    fig, ax = _figure(ax)
+    a, b, Z = np.asarray(result["a"]), np.asarray(result["b"]), _Z(result, what)
+    levels = paper_levels(Z) if levels is None else levels
+    if filled:
+        cf = ax.contourf(a, b, Z, levels=30, cmap="viridis", alpha=0.85)
+        fig.colorbar(cf, ax=ax, label=what)
+    cs = ax.contour(a, b, Z, levels=levels, colors="k", linewidths=0.6)
+    ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
+    _mark(ax, result)
+    ax.set(xlabel="a (d1)", ylabel="b (d2)")
+    if result.get("isometric"):  # the clients / update planes: one unit on both axes, drawn as such
+        ax.set_aspect("equal")
+    return fig
+
+
+def plot_surface3d(result: dict, ax=None, what: str = "loss", vmax: float | None = None, **kw):
+    """3-D surface (Li et al. / FedSMOO Fig. 3); values above ``vmax`` are clipped for display."""
+    fig, ax = _figure(ax, projection="3d")
+    A, Bm = np.meshgrid(result["a"], result["b"])
+    Z = _Z(result, what) if vmax is None else np.minimum(_Z(result, what), vmax)
+    ax.plot_surface(A, Bm, Z, **({"cmap": "coolwarm", "linewidth": 0} | kw))
+    ax.set(xlabel="a", ylabel="b", zlabel=what)
+    return fig
+
+
+def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str = "surface",
+               overlay: dict | None = None, what: str = "loss", vmax: float | None = None):
+    """Several checkpoints side by side on ONE colour (and z) scale. ``overlay`` (FedSMOO Fig. 3: each
+    baseline with FedSMOO's surface superimposed) is drawn as a wireframe on every panel."""
+    from matplotlib.colors import Normalize
+    if kind not in ("surface", "contour"):
+        raise UserError(f"unknown panel kind {kind!r}; use 'surface' or 'contour'")
+    titles = titles or [f"#{i}" for i in range(len(results))]
+    Zs = [_Z(r, what) if vmax is None else np.minimum(_Z(r, what), vmax) for r in results]
+    norm = Normalize(min(float(Z.min()) for Z in Zs), max(float(Z.max()) for Z in Zs))
+    fig = _new_figure((4.2 * len(results), 4))
+    for i, (r, Z) in enumerate(zip(results, Zs)):
+        ax = fig.add_subplot(1, len(results), i + 1, projection="3d" if kind == "surface" else None)
+        A, Bm = np.meshgrid(r["a"], r["b"])
+        if kind == "surface":
+            m = ax.plot_surface(A, Bm, Z, cmap="coolwarm", norm=norm, linewidth=0)
+            ax.set_zlim(norm.vmin, norm.vmax)
+            if overlay is not None:
+                Zo = _Z(overlay, what) if vmax is None else np.minimum(_Z(overlay, what), vmax)
+                ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), Zo, color="k", lw=0.4)
+        else:
+            m = ax.contourf(A, Bm, Z, levels=np.linspace(norm.vmin, norm.vmax, 31), cmap="viridis", norm=norm)
+            ax.contour(A, Bm, Z, levels=paper_levels(Z), colors="k", linewidths=0.5)
+        ax.set_title(titles[i])
+    fig.colorbar(m, ax=fig.axes, label=what, shrink=0.7)
+    return fig
+
+
+def plot_trajectory(result: dict, coords, explained=None, labels=None, ax=None):
+    """Li et al. Sec. 7: the contour of the PCA plane with the run's checkpoints projected onto it."""
+    fig = plot_contour(result, ax=ax)
+    ax = ax or fig.axes[0]
+    c = np.asarray(coords, dtype=float)
+    ax.plot(c[:, 0], c[:, 1], "r.-", lw=1, ms=5)
+    for (x, y), s in zip(c, labels or []):
+        ax.annotate(str(s), (x, y), fontsize=6, color="r")
+    if explained is not None:
+        ax.set(xlabel=f"1st PC: {100 * explained[0]:.1f} %", ylabel=f"2nd PC: {100 * explained[1]:.1f} %")
+    return fig
+
+
+def plot_line(result: dict, ax=None):
+    """Loss (left axis) and accuracy (right axis) along a 1-D interpolation (Li et al. plot_1D)."""
+    fig, ax = _figure(ax)
+    ax.plot(result["t"], result["loss"], "b-", label="loss")
+    ax.set(xlabel="t  (0 = first model, 1 = second)", ylabel="loss")
+    for x in (0, 1):
+        ax.axvline(x, color="0.7", lw=0.6)
+    if result.get("acc") is not None:
+        ax2 = ax.twinx()
+        ax2.plot(result["t"], result["acc"], "r--")
+        ax2.set_ylabel("accuracy", color="r")
+        ax2.grid(False)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# command line: python -m fedlab_analysis.probe landscape CKPT [...]
+
+PLANES = ("random", "clients", "update", "hessian", "pca")
+
+
+def add_arguments(p):
+    p.add_argument("--plane", choices=PLANES, default=None, help="directions of the 2-D plane (default random)")
+    p.add_argument("--other", default=None, help="second checkpoint: 1-D interpolation from CKPT to it")
+    p.add_argument("--grid", type=int, default=25, help="points per axis (line: points between the models)")
+    p.add_argument("--range", default=None, help="lo:hi of a (default -1:1; fitted to the marked points for "
+                                                  "the clients/update/pca planes)")
+    p.add_argument("--range-y", default=None, help="lo:hi of b (default: as --range)")
+    p.add_argument("--norm", choices=("filter", "layer", "none"), default="filter")
+    p.add_argument("--include-1d", action="store_true", help="move biases/norm scales too (direction = w)")
+    p.add_argument("--dir-type", choices=("weights", "states"), default="weights",
+                   help="states: BatchNorm running statistics are part of the vector (Li et al.)")
+    p.add_argument("--orthogonalize", action="store_true", help="random plane: make d2 orthogonal to d1")
+    p.add_argument("--clients-pair", default=None,
+                   help="clients plane: two client ids I,J (default: the two that trained last)")
+    p.add_argument("--extend", type=float, default=0.25, help="line: how far to continue past each model")
+    p.add_argument("--batch-points", type=_batch_points, default="auto",
+                   help="grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
+                        "memory-bounded on GPU)")
+    # let `--range -1:1` read as a value: argparse takes only plain negative numbers for values, and
+    # otherwise anything starting with '-' for an option (this parser has no option that looks numeric)
+    p._negative_number_matcher = re.compile(r"^-\d*\.?\d+(e-?\d+)?(:-?\d*\.?\d+(e-?\d+)?)?$")
+
+
+def _batch_points(text: str):
+    import argparse
+    if text == "auto" or (text.isdigit() and int(text) > 0):
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a positive integer")
+
+
+def _range(text: str | None, default, flag: str = "--range"):
+    if text is None:
+        return default
+    try:
+        lo, hi = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise UserError(f"{flag} {text!r} is not lo:hi (e.g. -1:1)") from None
+    if not lo < hi:
+        raise UserError(f"{flag} {text!r} needs lo < hi")
+    return lo, hi
+
+
+def _fit(coords, margin: float = 1.25):
+    """A symmetric range per axis covering every marked point (so the centre stays a grid point)."""
+    m = margin * np.abs(np.asarray(coords, dtype=float)).max(0)
+    m = np.where(m > 0, m, 1.0)
+    return (-m[0], m[0]), (-m[1], m[1])
+
+
+def _flat(ckpt: dict, bundle, states: bool, where: str) -> Tensor:
+    """The global model of a checkpoint as the bundle's flat vector (plus its buffers for 'states')."""
+    if ckpt.get("layers") != bundle.ckpt.get("layers"):
+        raise UserError(f"{where} holds a different model than the probed checkpoint; "
+                        "compare checkpoints of the same model")
+    v = bundle.space.flatten(ckpt["global"])
+    if states:
+        bspace = ParamSpace.buffers_of(bundle.model)
+        missing = [l.name for l in bspace.layers if l.name not in (ckpt.get("buffers") or {})]
+        if missing:
+            raise UserError(f"{where} stores no buffers {missing[:3]}; use --dir-type weights")
+        v = torch.cat([v, bspace.flatten(ckpt["buffers"])])
+    return v.to(bundle.theta.device, bundle.theta.dtype)
+
+
+def _run_checkpoints(path: str) -> list[dict]:
+    """Every ckpt/round_*.pt of the run holding ``path`` (a file or a run directory), in round order."""
+    from ..checkpoint import load
+    p = Path(path)
+    folder = (p / "ckpt" if (p / "ckpt").is_dir() else p) if p.is_dir() else p.parent
+    return sorted((load(q) for q in folder.glob("round_*.pt")), key=lambda c: c["round"])
+
+
+def _last_update(bundle, path: str) -> tuple[Tensor, str]:
+    """w^t - w^{t-1}: FedLESAM's algo_state['last_update'], else the difference to the previous round's
+    checkpoint when the run saved it."""
+    state = bundle.ckpt.get("algo_state") or {}
+    if isinstance(state.get("last_update"), Tensor):
+        return state["last_update"].reshape(-1).to(bundle.theta.device, bundle.theta.dtype), "algo_state"
+    t = bundle.ckpt["round"]
+    prev = [c for c in _run_checkpoints(path) if c["round"] == t - 1]
+    if not prev:
+        raise UserError(f"--plane update: the checkpoint keeps no last global update (fedlesam does) and the run "
+                        f"saved no round {t - 1} checkpoint beside it; train with --ckpt-every 1")
+    return bundle.theta - _flat(prev[0], bundle, False, f"the round {t - 1} checkpoint"), f"round {t - 1}"
+
+
+def _client_pair(bundle, text: str | None) -> list[int]:
+    from .common import require_clients
+    require_clients(bundle, "--plane clients")
+    rounds = bundle.ckpt["clients"].get("rounds")
+    rounds = [0] * len(bundle.client_ids) if rounds is None else [int(r) for r in rounds]
+    trained = [i for _, i in sorted(((-r, i) for i, r in zip(bundle.client_ids, rounds) if r >= 0))]
+    if text is None:
+        pair = trained[:2]
+    else:
+        try:
+            pair = [int(v) for v in text.split(",")]
+        except ValueError:
+            pair = []
+    if len(pair) != 2 or pair[0] == pair[1] or any(i not in trained for i in pair):
+        raise UserError(f"--clients-pair {text!r} must name two different clients that trained; "
+                        f"these did: {trained}" if text else
+                        f"--plane clients needs two clients that trained, this checkpoint has {trained}")
+    return pair
+
+
+def run(args, bundle):
+    """The landscape probe on a rebuilt checkpoint; returns (JSON-able dict, Figure)."""
+    plane, states = args.plane, args.dir_type == "states"
+    if args.other and plane:
+        raise UserError("--other draws a 1-D interpolation; leave out --plane (or --other)")
+    if args.grid < 2:
+        raise UserError(f"--grid {args.grid} is too small; use at least 2 (3+ for contours)")
+    space, f, theta = (with_states(bundle.model, bundle.space, bundle.theta) if states
+                       else (bundle.space, bundle.f, bundle.theta))
+    data, bp = (bundle.X, bundle.y), args.batch_points
+    common = {"seed": args.seed, "dir_type": args.dir_type}
+
+    if args.other:
+        from ..checkpoint import load
+        res = line(f, theta, _flat(load(args.other), bundle, states, str(args.other)), data, n=args.grid,
+                   extend=args.extend, batch_points=bp)
+        return {"mode": "line", "other": str(args.other), **common, **res}, plot_line(res)
+
+    plane = plane or "random"
+    if states and plane in ("clients", "update", "hessian"):
+        raise UserError(f"--dir-type states works with --plane random or pca and with --other, not {plane}")
+    dir_kw = {"norm": args.norm, "ignore_1d": not args.include_1d}
+    points, extra, rng = {}, {}, None
+    if plane == "random":
+        d1, d2 = plane_random(space, theta, args.seed, args.orthogonalize, **dir_kw)
+    elif plane == "clients":
+        pair = _client_pair(bundle, args.clients_pair)
+        _, d1, d2, c = plane_through(theta, *(bundle.clients[bundle.client_ids.index(i)] for i in pair))
+        points = {f"client {pair[0]}": c[1].tolist(), f"client {pair[1]}": c[2].tolist()}
+        rng, extra = _fit(c), {"clients": pair, "isometric": True}
+    elif plane == "update":
+        update, source = _last_update(bundle, args.ckpt)
+        d1, d2 = plane_update(space, theta, update, args.seed, **dir_kw)
+        points = {"previous global": [-1.0, 0.0]}
+        rng, extra = ((-1.5, 1.5), (-1.5, 1.5)), {"update_from": source, "isometric": True}
+    elif plane == "hessian":
+        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed)
+        extra = {"eigenvalues": eig}
+    else:
+        cks = [c for c in _run_checkpoints(args.ckpt) if c["round"] < bundle.ckpt["round"]] + [bundle.ckpt]
+        if len(cks) < 4:
+            raise UserError(f"--plane pca needs >= 4 checkpoints of the run up to this round, found {len(cks)}; "
+                            "train with a smaller --ckpt-every or probe a later round")
+        pca = pca_trajectory(torch.stack([_flat(c, bundle, states, f"round {c['round']}") for c in cks]))
+        d1, d2, rng = pca["d1"], pca["d2"], _fit(pca["coords"])
+        extra = {"explained": pca["explained"], "trajectory": pca["coords"].tolist(),
+                 "rounds": [c["round"] for c in cks]}
+    r_a = _range(args.range, rng[0] if rng else (-1.0, 1.0))
+    r_b = _range(args.range_y, rng[1] if rng and args.range is None else r_a, "--range-y")
+    res = surface(f, theta, d1, d2, data, grid=args.grid, range_=r_a, range_y=r_b, batch_points=bp, points=points)
+    res = {"mode": "plane", "plane": plane, "norm": args.norm, "include_1d": bool(args.include_1d),
+           **common, **extra, **res}
+    fig = _new_figure((10, 4.2))
+    ax = fig.add_subplot(1, 2, 1)
+    if plane == "pca":
+        plot_trajectory(res, res["trajectory"], res["explained"], res["rounds"], ax=ax)
+    else:
+        plot_contour(res, ax=ax)
+    plot_surface3d(res, ax=fig.add_subplot(1, 2, 2, projection="3d"))
+    fig.suptitle(f"loss landscape, {plane} plane, round {bundle.ckpt['round']}")
+    return res, fig
+
+
+CLI = {"landscape": (add_arguments, run)}
