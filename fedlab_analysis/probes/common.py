@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..data import load_dataset
@@ -88,3 +89,36 @@ def require_clients(b: Bundle, what: str) -> torch.Tensor:
         raise UserError(f"{what} needs the clients' last local models, which this checkpoint did not keep; "
                         f"re-run training with --keep-clients true")
     return b.clients
+
+
+# ---- shared by the federated probes -------------------------------------------------------------------------
+WEIGHTS = ("uniform", "size")
+
+
+def client_weights(n: int, weights="uniform", sizes=None) -> torch.Tensor:
+    """p_i (float64, summing to 1): 'uniform' (1/n, the papers), 'size' (n_i / sum n_i) or explicit numbers."""
+    if isinstance(weights, str):
+        if weights == "uniform":
+            return torch.full((n,), 1.0 / n, dtype=torch.float64)
+        if weights != "size":
+            raise UserError(f"unknown client weights {weights!r}; use one of {', '.join(WEIGHTS)}")
+        if sizes is None:
+            raise UserError("client weights 'size' need the clients' data sizes; pass sizes= or use 'uniform'")
+        weights = sizes
+    p = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    if len(p) != n or (p < 0).any() or p.sum() <= 0:
+        raise UserError(f"client weights must be {n} non-negative numbers with a positive sum (got {p.tolist()})")
+    return p / p.sum()
+
+
+def full_gradient(f, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, loss=F.cross_entropy,
+                  batch_size: int = 1024) -> torch.Tensor:
+    """grad_theta of (1/N) sum_n loss(f(theta, x_n), y_n), ``loss`` a mean over its batch; chunks of
+    ``batch_size`` only bound the memory."""
+    theta = theta.detach().requires_grad_(True)
+    g = torch.zeros_like(theta)
+    N = len(y)
+    for s in range(0, N, batch_size):
+        xb, yb = X[s:s + batch_size], y[s:s + batch_size]
+        g += torch.autograd.grad(loss(f(theta, xb), yb) * (len(yb) / N), theta)[0]
+    return g

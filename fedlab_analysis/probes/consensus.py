@@ -27,29 +27,12 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..params import ParamSpace
-from .common import require_clients
+from .common import WEIGHTS, client_weights, require_clients  # noqa: F401  (client_weights re-exported)
 
 BY = ("block", "param", "group")
-WEIGHTS = ("uniform", "size")
 
 
 # ---- weights and segments ---------------------------------------------------------------------------
-def client_weights(n: int, weights="uniform", sizes=None) -> Tensor:
-    """p_i (float64, summing to 1): 'uniform' (1/n, the papers), 'size' (n_i / sum n_i) or explicit numbers."""
-    if isinstance(weights, str):
-        if weights == "uniform":
-            return torch.full((n,), 1.0 / n, dtype=torch.float64)
-        if weights != "size":
-            raise UserError(f"unknown client weights {weights!r}; use one of {', '.join(WEIGHTS)}")
-        if sizes is None:
-            raise UserError("client weights 'size' need the clients' data sizes; pass sizes= or use 'uniform'")
-        weights = sizes
-    p = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
-    if len(p) != n or (p < 0).any() or p.sum() <= 0:
-        raise UserError(f"client weights must be {n} non-negative numbers with a positive sum (got {p.tolist()})")
-    return p / p.sum()
-
-
 def segment_labels(space: ParamSpace, by: str = "block") -> list[str]:
     """Names of the columns of ``space.segment_sum(..., by)``: a block is named after its weight's module."""
     if by == "param":

@@ -28,10 +28,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import UserError
+from .common import full_gradient  # noqa: F401  (re-exported)
 from .consensus import wanted
 
 
@@ -64,18 +64,6 @@ def perturbation_drift(local: Tensor, global_: Tensor) -> tuple[float | None, in
 def virtual_global(w: Tensor, x: Tensor, eta_g: float = 1.0) -> Tensor:
     """w_{g,k} = w - eta_g (1/n) sum_i (w - x_i) (FedLESAM Sec. 4.1) from the active clients' models x [n, P]."""
     return w - eta_g * (w - x).mean(0)
-
-
-def full_gradient(f, theta: Tensor, X: Tensor, y: Tensor, loss=F.cross_entropy, batch_size: int = 1024) -> Tensor:
-    """grad_theta of (1/N) sum_n loss(f(theta, x_n), y_n), ``loss`` a mean over its batch; chunks of
-    ``batch_size`` only bound the memory."""
-    theta = theta.detach().requires_grad_(True)
-    g = torch.zeros_like(theta)
-    N = len(y)
-    for s in range(0, N, batch_size):
-        xb, yb = X[s:s + batch_size], y[s:s + batch_size]
-        g += torch.autograd.grad(loss(f(theta, xb), yb) * (len(yb) / N), theta)[0]
-    return g
 
 
 # ---- estimators a checkpoint holds -------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as Fn
 
 from ..errors import UserError
+from .common import client_weights
 
 LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
 METHODS = ("one_step", "ascent", "quadratic")
@@ -95,16 +96,6 @@ class Mixture(Objective):
 
     def hessian(self, theta):
         return sum(pi * F.hessian(theta) for pi, F in zip(self.p, self.parts))
-
-
-def client_weights(sizes, weights: str = "uniform") -> torch.Tensor:
-    """p_i: ``uniform`` (1/N, the papers' F) or ``size`` (n_i / n, the union's mean loss)."""
-    n = torch.as_tensor([float(s) for s in sizes], dtype=torch.float64)
-    if weights == "uniform":
-        return torch.full_like(n, 1.0 / len(n))
-    if weights == "size":
-        return n / n.sum()
-    raise UserError(f"unknown client weights {weights!r}; use uniform or size")
 
 
 # ---- inner maximisation over the rho-ball -----------------------------------------------------------------
@@ -350,8 +341,8 @@ def run(args, b):
         ds_X, ds_y = _client_data(b, args.data_dir)
         Fs = client_objectives(b.f, ds_X, ds_y, idx, batch_size=args.batch_size)
         W = require_clients(b, "--at-clients") if args.at_clients else None
-        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=client_weights([len(i) for i in idx], args.weights),
-                                   client_thetas=W, method=args.method, **kw)
+        p = client_weights(len(idx), args.weights, [len(i) for i in idx])
+        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=p, client_thetas=W, method=args.method, **kw)
         out["summary"].update(jensen_gap=out["jensen"]["gap"],
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
     return out, plot(out) if args.plot else None
