@@ -75,7 +75,10 @@ class RunConfig:
     ri_agg: str = _f("final_avg", "RI aggregation: final_avg (Alg. 1 line 16) | delta_from_init (the code)")
     # ---- where the authors' code differs from the paper (paper form is the default) ---------------
     lesam_source: str = _f("client_old", "FedLESAM perturbation: client_old (paper, w_i^old - w) | "
-                           "last_global_update (the code: the last broadcast global update)")
+                           "last_global_update (the code's source: the last broadcast global update) | "
+                           "released_code (the code exactly, with its flat-vector indexing bug: anchors.md 1.2)")
+    lesam_s_scale: str = _f("paper", "FedLESAM-S correction: paper (c - c_i, Alg. 3) | code (lamb (c - c_i), the "
+                            "released loss term lamb <w, c - c_i>)")
     lesam_first: str = _f("zero", "FedLESAM first participation: zero (no perturbation) | "
                           "global_update | literal (w_i^old = 0)")
     smoo_server: str = _f("paper", "FedSMOO server perturbation: paper (mean of mu_i - s_hat_i) | code (mean mu_i)")
@@ -149,7 +152,8 @@ class RunConfig:
             bad("server_lr", f"must be > 0 (got {self.server_lr})")
         choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"), "vmap": ("auto", "on", "off"),
                    "ri_agg": ("final_avg", "delta_from_init"),
-                   "lesam_source": ("client_old", "last_global_update"),
+                   "lesam_source": ("client_old", "last_global_update", "released_code"),
+                   "lesam_s_scale": ("paper", "code"),
                    "lesam_first": ("zero", "global_update", "literal"), "smoo_server": ("paper", "code"),
                    "k_rule": ("own", "client0"), "fedcm_wd": ("inside", "outside")}
         for name, ok in choices.items():

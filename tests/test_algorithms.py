@@ -252,3 +252,28 @@ def test_fedals_table2_communication_formula():
     for alpha, billions in table.items():
         floats = fedals_floats(space, alpha=alpha, n_rounds=N)
         assert round(floats / 1e9, 3) == billions, (alpha, floats)
+
+
+def test_fedlesam_released_code_perturbation_reproduces_its_indexing():
+    """The released LESAM.first_step shifts tensor l by -u[l] rho / sum_{j<#tensors} |u[j]| (u flat): reproduced
+    on purpose for comparisons with that code, against a hand computation."""
+    from fedlab_analysis.trainers.parts import released_lesam_perturbation
+    run = Run(RunConfig(**{**BASE, "algo": "fedlesam", "lesam_source": "released_code", "rho": 0.3}))
+    u = torch.arange(run.space.P, dtype=torch.float64) - 7.0
+    d = released_lesam_perturbation(run.space, u, 0.3)
+    n = len(run.space.layers)
+    denom = sum(abs(float(u[j])) for j in range(n)) + 1e-7
+    for l, layer in enumerate(run.space.layers):
+        expect = torch.full((layer.numel,), -float(u[l]) * 0.3 / denom, dtype=torch.float64)
+        assert torch.allclose(d[layer.slice], expect, rtol=1e-14, atol=0)   # one constant per tensor
+    for _ in range(2):
+        run.round()
+    assert torch.isfinite(run.w).all()
+
+
+def test_fedlesam_s_code_scale():
+    wa, _ = trajectory(algo="fedlesam-s", lesam_s_scale="code", lamb=1.0)
+    wb, _ = trajectory(algo="fedlesam-s")
+    assert_same(wa, wb)                                    # lamb = 1: the code's scale is the paper's
+    wc, _ = trajectory(algo="fedlesam-s", lesam_s_scale="code", lamb=0.1)
+    assert (wc - wb).abs().max() > 1e-8

@@ -186,7 +186,7 @@ SPECS = {
     "fedspeed":   lambda c: (_sam(c), [Dyn(c.hp("lamb"))]),
     "fedsmoo":    lambda c: (SMOO(c.hp("rho")), [Dyn(c.hp("lamb"))]),
     "fedlesam":   lambda c: (_lesam(c), []),
-    "fedlesam-s": lambda c: (_lesam(c), [Scaffold()]),
+    "fedlesam-s": lambda c: (_lesam(c), [Scaffold(c.hp("lamb") if c.lesam_s_scale == "code" else 1.0)]),
     "fedlesam-d": lambda c: (_lesam(c), [Dyn(c.hp("lamb"))]),
     "fedinit":    lambda c: (Plain(), []),          # RelaxedInit is appended for fedinit and for --ri
 }

@@ -104,6 +104,10 @@ class LESAM(Plain):
 
     def round_start(self, run, ctx):
         w, back = ctx.w, -run.state["last_update"]    # back = w^{t-1} - w^t
+        if self.source == "released_code":
+            ctx.extra["delta"] = released_lesam_perturbation(run.space, run.state["last_update"], self.rho)
+            ctx.extra["delta"] = ctx.extra["delta"].expand(ctx.n, -1)
+            return
         if self.source == "last_global_update":
             u = back.expand(ctx.n, -1)
         else:
@@ -123,6 +127,18 @@ class LESAM(Plain):
         run.state["last_update"] = w_new - ctx.w
 
 
+def released_lesam_perturbation(space, u: torch.Tensor, rho: float) -> torch.Tensor:
+    """What FedLESAM's released LESAM.first_step computes (anchors.md section 1.2, notes/seed_001 section 2.6), bug
+    included, for comparisons with that code only: it indexes the FLAT global update u by the parameter tensor's
+    number, so tensor l is shifted by the constant -u[l] rho / (sum_{j < #tensors} |u[j]| + 1e-7)."""
+    n = len(space.layers)
+    scale = rho / (u[:n].abs().sum() + 1e-7)
+    delta = torch.empty_like(u)
+    for l, layer in enumerate(space.layers):
+        delta[layer.slice] = -u[l] * scale
+    return delta
+
+
 # ---- gradient corrections --------------------------------------------------------------------
 class Prox(Part):
     """FedProx (Li et al. 2020): + mu (x - w), split as the simulator does: -mu w before clipping (its loss term
@@ -135,16 +151,20 @@ class Prox(Part):
 
 
 class Scaffold(Part):
-    """SCAFFOLD option II (Karimireddy et al. 2020; FedLESAM Alg. 2 with the sign fixed): d = g - c_i + c;
-    c_i+ = c_i - c + (w - x_i)/(K_i eta); c <- c + (1/m) sum_S (c_i+ - c_i)."""
+    """SCAFFOLD option II (Karimireddy et al. 2020; FedLESAM Alg. 2 with the sign fixed): d = g + scale (c - c_i);
+    c_i+ = c_i - c + (w - x_i)/(K_i eta); c <- c + (1/m) sum_S (c_i+ - c_i). scale is 1 except for the released
+    FedLESAM-S (lamb)."""
     comm = (1, 1, 1)
+
+    def __init__(self, scale: float = 1.0):
+        self.scale = scale
 
     def init(self, run):
         run.state["c"] = run.zeros()
         run.state["c_i"] = run.zeros(run.m)
 
     def direction(self, run, ctx, x, d, post):
-        return d + (run.state["c"] - run.state["c_i"][ctx.S]), post
+        return d + self.scale * (run.state["c"] - run.state["c_i"][ctx.S]), post
 
     def client_end(self, run, ctx, x):
         c_i = run.state["c_i"][ctx.S]
