@@ -26,10 +26,12 @@ def _state(path):
 
 
 def test_resume_is_bit_identical(tmp_path, tiny_cfg):
-    for algo in ("scaffold", "fedsmoo"):
-        cfg = tiny_cfg(algo=algo, rounds=5, ri=True, ckpt_every=2)
+    for algo, extra in (("scaffold", {}), ("fedsmoo", {}),
+                        ("fedals-scaffold", dict(active_ratio=1.0, tau=2, alpha=2, phi_layers=1, model="mlp",
+                                                 model_kwargs={"widths": [8]}))):
+        cfg = tiny_cfg(algo=algo, rounds=5, ri=True, ckpt_every=2, **extra)
         train(cfg, tmp_path / f"{algo}_full")
-        short = tiny_cfg(algo=algo, rounds=2, ri=True, ckpt_every=2)
+        short = tiny_cfg(algo=algo, rounds=2, ri=True, ckpt_every=2, **extra)
         train(short, tmp_path / f"{algo}_cut")
         train(cfg, tmp_path / f"{algo}_cut", resume=True)
         a, b = _state(tmp_path / f"{algo}_full/ckpt/last.pt"), _state(tmp_path / f"{algo}_cut/ckpt/last.pt")
