@@ -89,7 +89,8 @@ class RunConfig:
     eval_every: int = _f(1, "evaluate every k rounds (and at the last round)")
     eval_train_samples: int = _f(2000, "size of the fixed train subset used for train_loss/train_acc")
     ckpt_every: int = _f(0, "write ckpt/round_XXXX.pt every k rounds (0 = only last.pt)")
-    keep_clients: bool = _f(True, "store every client's last local model in checkpoints")
+    keep_clients: bool = _f(True, "keep every client's last local model (an m x P table) and store it in "
+                            "checkpoints; RI and FedALS always keep it")
     probe: str | None = _f(None, "probes watching training, comma-separated (consensus, drift, sharpness); their "
                            "numbers go into metrics.jsonl")
     probe_every: int = _f(1, "run the --probe hooks every k rounds")

@@ -157,7 +157,7 @@ def test_ri_offsets_average_to_zero_under_full_participation():
     for _ in range(4):
         run.round()
     assert max(o.abs().max().item() for o in offs) <= 1e-12
-    assert (run.state["w_last"] - run.w).abs().max() > 1e-6          # the offsets themselves are not zero
+    assert (run.last_local - run.w).abs().max() > 1e-6          # the offsets themselves are not zero
 
 
 def _identical_hessian_clients(m=4, n=30, d=5, seed=0):

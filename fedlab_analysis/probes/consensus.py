@@ -123,14 +123,6 @@ def wanted(steps, k: int) -> bool:
     return k in steps
 
 
-def last_models(run) -> Tensor | None:
-    """Every client's latest local model: the run's table (--keep-clients), else FedInit's w_last or FedALS's
-    own models; None when the run keeps none."""
-    if run.last_local is not None:
-        return run.last_local
-    return run.state.get("w_last", run.state.get("x_local"))
-
-
 def make_hook(name: str = "consensus", every: int = 1, steps=None, *, by: str = "block",
               weights: str = "uniform"):
     """A training callback (``run.callbacks.append(hook)``) appending plain-number rows to ``hook.rows``.
@@ -163,7 +155,7 @@ def make_hook(name: str = "consensus", every: int = 1, steps=None, *, by: str = 
                 rows.append(step_row(run, ctx, ctx.k + 1, x))
         elif event == "round":
             all_ids = torch.arange(run.m)
-            forms = round_forms(x, run.w, ctx.w, last_models(run), run.space, weights_of(run, ctx.S),
+            forms = round_forms(x, run.w, ctx.w, run.last_local, run.space, weights_of(run, ctx.S),
                                 weights_of(run, all_ids), by)
             row = {"probe": name, "event": "round", "round": ctx.t + 1}
             for form, r in forms.items():

@@ -35,6 +35,7 @@ class Algorithm:
         self.parts = [perturb, *parts] + ([RelaxedInit(cfg.hp("beta"), cfg.ri_agg)] if cfg.ri or
                                             cfg.algo == "fedinit" else [])
         self.K = None                              # a fixed K for every client (FedALS), else from the config
+        self.needs_last_local = any(p.needs_last_local for p in self.parts)
 
     def init(self, run):
         for p in self.parts:
@@ -98,6 +99,8 @@ class ALS(Part):
     With ``scaffold`` (Alg. 4): d = g - c_k + mean_j c_j and, at each group's sync,
     c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group."""
 
+    needs_last_local = True                       # every client's own model persists in run.last_local
+
     def __init__(self, tau: int, alpha: int, scaffold: bool = False):
         self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
 
@@ -105,13 +108,12 @@ class ALS(Part):
         L = run.cfg.phi_layers if run.cfg.phi_layers is not None else run.space.n_blocks - 1
         run.space = run.space.with_phi_layers(L)
         self.phi, self.h = run.space.mask("group:phi", run.device), ~run.space.mask("group:phi", run.device)
-        run.state["x_local"] = run.w.expand(run.m, -1).clone()
         if self.scaffold:
             run.state["c_k"] = run.zeros(run.m)
             run.state["x_sync"] = run.w.expand(run.m, -1).clone()
 
     def start(self, run, ctx, x):
-        return run.state["x_local"][ctx.S].clone()
+        return run.last_local[ctx.S].clone()
 
     def direction(self, run, ctx, x, d, post):
         if self.scaffold:
@@ -135,9 +137,6 @@ class ALS(Part):
                 ctx.extra["buf"][:] = ctx.extra["buf"].mean(0)
         if s % (self.alpha * self.tau) == 0:
             self._sync(run, ctx, x, self.phi, self.alpha * self.tau)
-
-    def client_end(self, run, ctx, x):
-        run.state["x_local"][ctx.S] = x
 
     def aggregate(self, run, ctx, x):
         return x.mean(0)

@@ -98,7 +98,8 @@ class Run:
         if self.use_vmap and self.bspace.P:
             raise UserError("--vmap on: this model has BatchNorm buffers; vmap over clients needs a model without "
                             "them (use --vmap off, or a GroupNorm model)")
-        self.last_local = self.w.expand(self.m, -1).clone() if cfg.keep_clients else None
+        keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
+        self.last_local = self.w.expand(self.m, -1).clone() if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
         self.algo.init(self)
 

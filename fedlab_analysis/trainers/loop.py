@@ -19,7 +19,7 @@ def to_checkpoint(run: Run, row: dict | None) -> dict:
     cfg = run.cfg
     c = lambda t: t.detach().cpu().clone()          # noqa: E731  (own storage per tensor: plain data)
     clients = None
-    if cfg.keep_clients:
+    if run.last_local is not None:
         clients = {"ids": list(range(run.m)), "models": c(run.last_local), "rounds": c(run.last_round)}
     return {
         "config": cfg.to_dict(), "round": run.t, "model": run.spec(),

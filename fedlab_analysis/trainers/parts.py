@@ -18,6 +18,7 @@ def _normalize(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
 class Part:
     """No-op hooks; a part overrides the ones it needs."""
     comm = (0, 0, 0)          # extra (down, up, stored-per-client) model-sized vectors
+    needs_last_local = False  # reads run.last_local, each client's last local model (the engine keeps it)
 
     def init(self, run): ...
     def start(self, run, ctx, x): return x
@@ -227,20 +228,16 @@ class Momentum(Part):
 class RelaxedInit(Part):
     """FedInit (Sun, Shen, Tao; Algorithm 1): x_{i,0} = w + beta (w - w_i^last) (line 6), w_i^last = w^0 before a
     client's first round (line 1) and kept stale while it sits out (lines 13-14). Aggregation --ri-agg final_avg:
-    mean of final local models (line 16); delta_from_init: updates measured from the RI start (the code)."""
+    mean of final local models (line 16); delta_from_init: updates measured from the RI start (the code).
+    w_i^last is the engine's ``run.last_local`` (w^0 until a client first trains, then its final local model)."""
     comm = (0, 0, 1)
+    needs_last_local = True
 
     def __init__(self, beta, agg):
         self.beta, self.agg = beta, agg
 
-    def init(self, run):
-        run.state["w_last"] = run.w.expand(run.m, -1).clone()
-
     def start(self, run, ctx, x):
-        return x + self.beta * (ctx.w - run.state["w_last"][ctx.S])
-
-    def client_end(self, run, ctx, x):
-        run.state["w_last"][ctx.S] = x
+        return x + self.beta * (ctx.w - run.last_local[ctx.S])
 
 
 # ---- server rules ----------------------------------------------------------------------------------
