@@ -9,6 +9,7 @@ partition (indices: list of tensors, counts), rng (the seeding scheme), metrics 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,19 +21,35 @@ FORMAT, VERSION = "fedlab_analysis.ckpt", 1
 REQUIRED = ("config", "round", "model", "global", "layers", "algo_state", "partition")
 
 
-def save(ckpt: dict, path: str | os.PathLike) -> Path:
-    path = Path(path)
+def _atomic(path: Path, write) -> Path:
+    """``write(tmp)`` fills a temp file beside ``path``, which then replaces ``path`` in one step."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    ckpt = {"format": FORMAT, "version": VERSION, **ckpt}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(ckpt, fh)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def save(ckpt: dict, path: str | os.PathLike) -> Path:
+    ckpt = {"format": FORMAT, "version": VERSION, **ckpt}
+    return _atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
+
+
+def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Make ``path`` (e.g. last.pt) the same checkpoint as the saved ``src``: a hard link, or a byte copy where
+    the file system has none; atomic, and the checkpoint is not serialised again."""
+    def write(tmp):
+        os.unlink(tmp)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+    return _atomic(Path(path), write)
 
 
 def load(path: str | os.PathLike, map_location="cpu") -> dict:

@@ -47,6 +47,31 @@ def test_resume_is_bit_identical(tmp_path, tiny_cfg):
         assert strip(ra) == strip(rb)
 
 
+def test_resume_after_interruption(tmp_path, tiny_cfg):
+    """A run killed between checkpoints resumes from ckpt/last.pt, which follows every saved round (a link, not a
+    second serialisation), and ends bit-identical to an uninterrupted run."""
+    import pytest
+    cfg = tiny_cfg(algo="scaffold", rounds=5, ckpt_every=2)
+    train(cfg, tmp_path / "full")
+
+    def crash(ev, run, ctx, x):
+        if ev == "round" and run.t == 3:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "cut", callbacks=[crash])
+    assert checkpoint.load(tmp_path / "cut/ckpt/last.pt")["round"] == 2
+    train(cfg, tmp_path / "cut", resume=True)
+    a, b = _state(tmp_path / "full/ckpt/last.pt"), _state(tmp_path / "cut/ckpt/last.pt")
+    assert a["round"] == b["round"] == 5
+    for k in a["global"]:
+        assert torch.equal(a["global"][k], b["global"][k]), k
+    for k in a["algo_state"]:
+        assert torch.equal(a["algo_state"][k], b["algo_state"][k]), k
+    train(tiny_cfg(rounds=4, ckpt_every=2), tmp_path / "even")        # the final round is a checkpoint round
+    ck = tmp_path / "even/ckpt"
+    assert (ck / "last.pt").read_bytes() == (ck / "round_0004.pt").read_bytes()
+
+
 def test_client_order_and_company_invariance(tiny_cfg):
     """A client's local model depends only on (seed, round, client): not on which other clients run, nor order."""
     cfg = tiny_cfg(active_ratio=1.0, dtype="float64", local_steps=3)

@@ -81,6 +81,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
     row = prior["metrics"] if prior else None
     consumed = [0] * len(callbacks)
+    saved = None                                     # the checkpoint of the latest round, if one was saved
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
@@ -96,11 +97,13 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
             if out is not None:
                 with open(out / "metrics.jsonl", "a") as fh:
                     fh.write(json.dumps(row) + "\n")
-        if out is not None and cfg.ckpt_every and run.t % cfg.ckpt_every == 0:
-            checkpoint.save(to_checkpoint(run, row), out / "ckpt" / f"round_{run.t:04d}.pt")
+        saved = None                                 # last.pt follows every checkpoint, so --resume works
+        if out is not None and cfg.ckpt_every and run.t % cfg.ckpt_every == 0:   # after an interruption too
+            saved = checkpoint.save(to_checkpoint(run, row), out / "ckpt" / f"round_{run.t:04d}.pt")
+            checkpoint.alias(saved, out / "ckpt" / "last.pt")
         bar.update(1)
     bar.close()
-    if out is not None:
+    if out is not None and saved is None:            # the final round was not saved above
         checkpoint.save(to_checkpoint(run, row), out / "ckpt" / "last.pt")
     run.last_row = row
     return run
