@@ -164,8 +164,11 @@ class Scaffold(Part):
         run.state["c"] = run.zeros()
         run.state["c_i"] = run.zeros(run.m)
 
+    def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
+        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - run.state["c_i"][ctx.S])
+
     def direction(self, run, ctx, x, d, post):
-        return d + self.scale * (run.state["c"] - run.state["c_i"][ctx.S]), post
+        return d + ctx.extra["scaffold_corr"], post
 
     def client_end(self, run, ctx, x):
         c_i = run.state["c_i"][ctx.S]
@@ -191,8 +194,11 @@ class Dyn(Part):
         run.state["h"] = run.zeros(run.m)
         run.state["H"] = run.zeros()
 
+    def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
+        ctx.extra["dyn_corr"] = self.lamb * (run.state["h"][ctx.S] - ctx.w)
+
     def direction(self, run, ctx, x, d, post):
-        return d + self.lamb * (run.state["h"][ctx.S] - ctx.w), post + self.lamb * x
+        return d + ctx.extra["dyn_corr"], post + self.lamb * x
 
     def client_end(self, run, ctx, x):
         run.state["h"][ctx.S] += ctx.delta
