@@ -80,3 +80,35 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     if missing:
         raise CheckpointError(f"{str(path)!r} lacks {', '.join(missing)}; it is incomplete, re-run training")
     return ckpt
+
+
+
+def load_weights(path: str | os.PathLike, flag: str = "--init") -> dict:
+    """Model weights (name -> tensor) from a fedlab_analysis checkpoint (file or run directory: its global model
+    and buffers) or from a plain state_dict .pt file, read with ``torch.load(weights_only=True)``."""
+    p = Path(path)
+    if p.is_dir():
+        ck = _load_as(p, flag)
+    elif not p.exists():
+        raise CheckpointError(f"{flag}: no file {str(p)!r}; give a checkpoint, a run directory or a state_dict .pt")
+    else:
+        try:
+            ck = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise CheckpointError(f"{flag}: {str(p)!r} is not a readable torch file ({first})") from None
+        if isinstance(ck, dict) and ck.get("format") == FORMAT:
+            ck = _load_as(p, flag)                       # validated as a checkpoint (version, required keys)
+    if isinstance(ck, dict) and ck.get("format") == FORMAT:
+        return {**ck["global"], **(ck.get("buffers") or {})}
+    if not isinstance(ck, dict) or not ck or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in ck.items()):
+        raise CheckpointError(f"{flag}: {str(p)!r} is neither a fedlab_analysis checkpoint nor a state_dict "
+                              f"(a dict of name -> tensor)")
+    return ck
+
+
+def _load_as(p: Path, flag: str) -> dict:
+    try:
+        return load(p)
+    except CheckpointError as e:
+        raise CheckpointError(f"{flag}: {e}") from None

@@ -28,6 +28,8 @@ class RunConfig:
                       "mnist | fmnist | svhn (from --data-dir)")
     model: str = _f("mlp", "logreg | mlp | cnn | cnn1d | resnet18gn | resnet20 | vgg11")
     model_kwargs: dict = _f(dict, "extra model arguments as JSON, e.g. '{\"widths\": [64]}'", kind="json")
+    init: str | None = _f(None, "start from these weights instead of the seeded initialisation: a fedlab_analysis "
+                          "checkpoint (file or run directory) or a plain state_dict .pt file")
     data_dir: str | None = _f(None, "directory holding the official files of a real dataset (never downloaded)")
     seed: int = _f(0, "seed of every random draw (partition, sampling, minibatches, init)")
     dtype: str = _f("float32", "float32 | float64 (float64 for exact checks)")
@@ -73,6 +75,8 @@ class RunConfig:
     eps: float = _f(0.01, "FedAdam epsilon")
     ri: bool = _f(False, "relaxed initialisation (FedInit): start at w + beta (w - w_i^last)")
     ri_agg: str = _f("final_avg", "RI aggregation: final_avg (Alg. 1 line 16) | delta_from_init (the code)")
+    ri_anchor: str = _f("global", "with RI, the centre of FedProx's proximal term and of the FedDyn/FedSpeed/FedSMOO/"
+                        "FedLESAM-D dual correction: global (the paper, w^t) | start (the code: the relaxed start)")
     # ---- where the authors' code differs from the paper (paper form is the default) ---------------
     lesam_source: str = _f("client_old", "FedLESAM perturbation: client_old (paper, w_i^old - w) | "
                            "last_global_update (the code's source: the last broadcast global update) | "
@@ -171,6 +175,10 @@ class RunConfig:
                 bad("alpha", f"FedALS's alpha must be an integer >= 1 (got {self.hp('alpha')})")
             if self.hp("tau") <= 0:
                 bad("tau", f"must be > 0 (got {self.hp('tau')})")
+        if self.ri_anchor not in ("global", "start"):
+            bad("ri_anchor", f"unknown {self.ri_anchor!r}; choose one of global, start")
+        if self.ri_anchor == "start" and not (self.ri or self.algo == "fedinit"):
+            bad("ri_anchor", "'start' is the relaxed start point; it needs --ri (or --algo fedinit)")
         if not self.device.startswith(("cpu", "cuda")):
             bad("device", f"unknown {self.device!r}; use cpu or cuda[:N]")
         return self

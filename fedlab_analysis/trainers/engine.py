@@ -14,12 +14,14 @@ All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import load_weights
 from ..config import RunConfig
 from ..data import Dataset, augment, load_dataset, partition
 from ..errors import UserError
@@ -55,7 +57,9 @@ class RoundCtx:
 class Run:
     """Everything a run needs: data on the device, the model as a pure function of a flat vector, state."""
 
-    def __init__(self, cfg: RunConfig, algo=None, dataset: Dataset | None = None):
+    def __init__(self, cfg: RunConfig, algo=None, dataset: Dataset | None = None, init=None):
+        """``init``: start weights as a state dict (name -> tensor) or a path (see ``--init``); None takes
+        ``cfg.init``; False starts from the seeded initialisation even if ``cfg.init`` is set (a resume)."""
         from . import ALGORITHMS
         self.cfg = cfg.validate()
         self.algo = algo or ALGORITHMS[cfg.algo](cfg)
@@ -83,6 +87,11 @@ class Run:
         self.buf = self.bspace.flatten(dict(self.model.named_buffers())).detach().clone() \
             if self.bspace.P else torch.zeros(0, dtype=self.dtype, **dev)
         self._int_bufs = {n: b for n, b in self.model.named_buffers() if not b.is_floating_point()}
+        if init is not None and init is not False and cfg.init:
+            raise UserError(f"--init: given twice ({cfg.init!r} and init=); pass one of them")
+        init = cfg.init if init is None else init
+        if init:
+            self._start_from(load_weights(init) if isinstance(init, (str, os.PathLike)) else init)
         # ---- evaluation subsets (fixed for the run) -------------------------------------------------
         g = generator(cfg.seed, purpose="eval")
         union = torch.cat(self.idx).unique()
@@ -121,6 +130,27 @@ class Run:
         allowed = PARTITION_OPTIONS.get(cfg.partition, ())
         return partition(cfg.partition, labels, cfg.clients, self.ds.n_classes, cfg.seed,
                          **{k: v for k, v in opts.items() if k in allowed})
+
+    def _start_from(self, sd: dict) -> None:
+        """w (and float buffers) from the state dict ``sd``, checked name by name and shape by shape."""
+        if not isinstance(sd, dict):
+            raise UserError(f"--init: expected a state dict (name -> tensor), got {type(sd).__name__}")
+        need = {l.name: l.shape for l in (*self.space.layers, *self.bspace.layers)}
+        missing = [n for n in need if n not in sd]
+        extra = [n for n in sd if n not in need and n not in self._int_bufs]
+        wrong = [f"{n} {tuple(sd[n].shape)} (model: {need[n]})" for n in need
+                 if n in sd and (not torch.is_tensor(sd[n]) or tuple(sd[n].shape) != tuple(need[n]))]
+        for what, names in (("lacks", missing), ("has unknown", extra), ("has wrong shapes for", wrong)):
+            if names:
+                raise UserError(f"--init: the weights {what} {', '.join(names[:4])}"
+                                f"{' ...' if len(names) > 4 else ''} for model {self.cfg.model!r}; give weights "
+                                f"of this model (same --model, --model-kwargs and data shape)")
+        if not all(sd[n].is_floating_point() and torch.isfinite(sd[n]).all() for n in need):
+            raise UserError("--init: the weights hold non-floating or non-finite values")
+        dev = dict(dtype=self.dtype, device=self.device)
+        self.w = self.space.flatten(sd).to(**dev).detach().clone()
+        if self.bspace.P:
+            self.buf = self.bspace.flatten(sd).to(**dev).detach().clone()
 
     def zeros(self, *lead) -> torch.Tensor:
         return torch.zeros(*lead, self.space.P, dtype=self.dtype, device=self.device)

@@ -53,8 +53,10 @@ _RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "thread
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
-          dataset=None) -> Run:
-    """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt."""
+          dataset=None, init: dict | None = None) -> Run:
+    """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt.
+    ``dataset``: a Dataset (e.g. ``Dataset.from_tensors``) instead of ``cfg.dataset``; ``init``: start weights
+    as a state dict (name -> tensor) instead of the seeded initialisation (``cfg.init`` is its file form)."""
     out = Path(out) if out is not None else None
     prior = None
     if resume:
@@ -66,7 +68,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         if diff:
             raise UserError(f"--resume: the config differs from the run's in {', '.join(diff)}; "
                             f"resume with the same settings (only --rounds may grow)")
-    run = Run(cfg, dataset=dataset)                  # validates everything before a file is written
+    run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
     run.callbacks.extend(callbacks)
     if prior is not None:
         restore(run, prior)
