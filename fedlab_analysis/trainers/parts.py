@@ -39,6 +39,12 @@ def K_divisor(run, ctx) -> torch.Tensor:
     return ctx.K.to(run.dtype).to(run.device)
 
 
+def anchor(run, ctx) -> torch.Tensor:
+    """The point the proximal / dual corrections are centred at: the global model w^t (paper), or with
+    --ri-anchor start each client's relaxed start x_{i,0} (FL-Simulator sends that point as the model)."""
+    return ctx.x0 if run.cfg.ri_anchor == "start" else ctx.w
+
+
 # ---- perturbation rules: how the gradient of step k is taken ----------------------------------
 class Plain(Part):
     """g = grad f_i(x; b)."""
@@ -143,12 +149,15 @@ def released_lesam_perturbation(space, u: torch.Tensor, rho: float) -> torch.Ten
 # ---- gradient corrections --------------------------------------------------------------------
 class Prox(Part):
     """FedProx (Li et al. 2020): + mu (x - w), split as the simulator does: -mu w before clipping (its loss term
-    -mu <x, w>) and +mu x after (its SGD weight decay)."""
+    -mu <x, w>) and +mu x after (its SGD weight decay). w is ``anchor`` (the relaxed start with --ri-anchor start)."""
     def __init__(self, mu):
         self.mu = mu
 
+    def round_start(self, run, ctx):
+        ctx.extra["prox_corr"] = self.mu * anchor(run, ctx)
+
     def direction(self, run, ctx, x, d, post):
-        return d - self.mu * ctx.w, post + self.mu * x
+        return d - ctx.extra["prox_corr"], post + self.mu * x
 
 
 class Scaffold(Part):
@@ -184,7 +193,7 @@ class Dyn(Part):
     """FedDyn (Acar et al. 2021) in FedSMOO's notation (Alg. 1 lines 11, 16, 19) with lamb = 1/beta and
     h_i = -beta lambda_i: d = g + lamb h_i + lamb (x - w); h_i += Delta_i; server dual H += (1/m) sum_S Delta_i
     (so H = mean over ALL clients of h_i); w = mean_S x_i + H. The lamb x term is added after clipping, as the
-    simulator's SGD weight decay does."""
+    simulator's SGD weight decay does. w in lamb (x - w) is ``anchor`` (the relaxed start with --ri-anchor start)."""
     comm = (0, 0, 1)
 
     def __init__(self, lamb):
@@ -195,7 +204,7 @@ class Dyn(Part):
         run.state["H"] = run.zeros()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["dyn_corr"] = self.lamb * (run.state["h"][ctx.S] - ctx.w)
+        ctx.extra["dyn_corr"] = self.lamb * (run.state["h"][ctx.S] - anchor(run, ctx))
 
     def direction(self, run, ctx, x, d, post):
         return d + ctx.extra["dyn_corr"], post + self.lamb * x
