@@ -131,7 +131,7 @@ class RunConfig:
 
         if self.algo not in ALGORITHMS:
             bad("algo", f"unknown {self.algo!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
-        if self.dataset not in DATASETS:
+        if self.dataset not in DATASETS and not self.dataset.startswith("memory:"):   # memory: from_tensors
             bad("dataset", f"unknown {self.dataset!r}; choose one of {', '.join(sorted(DATASETS))}")
         if self.model not in MODELS:
             bad("model", f"unknown {self.model!r}; choose one of {', '.join(sorted(MODELS))}")

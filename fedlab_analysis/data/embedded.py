@@ -25,15 +25,69 @@ class Dataset:
 
     def __post_init__(self):
         for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
-            if x.dtype != torch.float32 or y.dtype != torch.int64 or tuple(x.shape[1:]) != tuple(self.input_shape) \
-                    or y.shape != (len(x),):
-                raise UserError(f"Dataset {self.name!r}: {split} needs x float32 [N, *{tuple(self.input_shape)}] "
-                                f"and y int64 [N], got {x.dtype} {tuple(x.shape)} and {y.dtype} {tuple(y.shape)}")
+            if x.dtype not in (torch.float32, torch.float64) or y.dtype != torch.int64 \
+                    or tuple(x.shape[1:]) != tuple(self.input_shape) or y.shape != (len(x),):
+                raise UserError(f"Dataset {self.name!r}: {split} needs x float32/float64 [N, "
+                                f"*{tuple(self.input_shape)}] and y int64 [N], got {x.dtype} {tuple(x.shape)} and "
+                                f"{y.dtype} {tuple(y.shape)}")
+
+    @classmethod
+    def from_tensors(cls, x_train, y_train, x_test, y_test, *, name: str = "custom", n_classes: int | None = None,
+                     natural_clients=None, augmentable: bool = False) -> "Dataset":
+        """A data set from arrays in memory (numpy or torch), for ``train(cfg, dataset=...)`` without registering a
+        name. x: any float dtype, [N, *input_shape], already normalised; float64 is kept (exact float64 runs),
+        float16/bfloat16/float32 become float32. y: integer labels in [0, n_classes) (default: max label + 1).
+        ``natural_clients``: per-client train index lists for ``--partition natural``; ``augmentable``: images
+        [N, C, H, W] that flip/crop augmentation may touch. Every problem is one UserError line. The run's config
+        records the data set as ``memory:<name>``."""
+        where = "Dataset.from_tensors"
+        xs, ys = [], []
+        for split, x, y in (("x_train", x_train, y_train), ("x_test", x_test, y_test)):
+            x, y = _as_tensor(x, split, where), _as_tensor(y, "y" + split[1:], where)
+            if not x.is_floating_point():
+                raise UserError(f"{where}: {split} must hold floats (float16/32/64), got {x.dtype}")
+            if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+                raise UserError(f"{where}: y{split[1:]} must hold integer class labels, got {y.dtype}")
+            if x.dim() < 2 or len(x) == 0:
+                raise UserError(f"{where}: {split} must be [N, *input_shape] with N >= 1, got {tuple(x.shape)}")
+            if y.shape != (len(x),):
+                raise UserError(f"{where}: y{split[1:]} must be [N] = [{len(x)}] to match {split}, "
+                                f"got {tuple(y.shape)}")
+            x = x.detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32).cpu()
+            if not torch.isfinite(x).all():
+                raise UserError(f"{where}: {split} holds NaN or infinite values")
+            xs.append(x), ys.append(y.detach().to(torch.int64).cpu())
+        if xs[0].shape[1:] != xs[1].shape[1:] or xs[0].dtype != xs[1].dtype:
+            raise UserError(f"{where}: x_train {xs[0].dtype} {tuple(xs[0].shape)} and x_test {xs[1].dtype} "
+                            f"{tuple(xs[1].shape)} must share dtype and sample shape")
+        lo, hi = int(min(y.min() for y in ys)), int(max(y.max() for y in ys))
+        n_classes = hi + 1 if n_classes is None else n_classes
+        if not isinstance(n_classes, int) or isinstance(n_classes, bool) or n_classes < 1 or lo < 0 \
+                or hi >= n_classes:
+            raise UserError(f"{where}: labels must lie in [0, n_classes) with an integer n_classes >= 1; got labels "
+                            f"in [{lo}, {hi}] and n_classes={n_classes!r}")
+        if augmentable and xs[0].dim() != 4:
+            raise UserError(f"{where}: augmentable=True needs images [N, C, H, W], got {tuple(xs[0].shape)}")
+        if natural_clients is not None:
+            natural_clients = [np.asarray(ix, dtype=np.int64) for ix in natural_clients]
+            if any(len(ix) and (ix.min() < 0 or ix.max() >= len(xs[0])) for ix in natural_clients):
+                raise UserError(f"{where}: natural_clients indices must lie in [0, {len(xs[0])})")
+        return cls(f"memory:{name}", xs[0], ys[0], xs[1], ys[1], n_classes=n_classes,
+                   input_shape=tuple(xs[0].shape[1:]), natural_clients=natural_clients, augmentable=augmentable)
 
     def __repr__(self):
         clients = "" if self.natural_clients is None else f", {len(self.natural_clients)} natural clients"
         return (f"Dataset({self.name!r}: train {len(self.y_train)}, test {len(self.y_test)}, "
                 f"{self.n_classes} classes, input {self.input_shape}{clients})")
+
+
+def _as_tensor(a, what: str, where: str) -> torch.Tensor:
+    if torch.is_tensor(a):
+        return a
+    try:
+        return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else torch.as_tensor(a)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise UserError(f"{where}: {what} must be a numpy array or torch tensor ({str(e).splitlines()[0]})") from None
 
 
 def _tensors(x_train, y_train, x_test, y_test):

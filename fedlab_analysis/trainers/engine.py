@@ -13,6 +13,7 @@ All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -54,6 +55,13 @@ class RoundCtx:
         return len(self.S)
 
 
+def with_dataset(cfg: RunConfig, dataset: Dataset | None) -> RunConfig:
+    """The config a run records: data passed from memory (``Dataset.from_tensors``) is named ``memory:<name>``."""
+    if dataset is not None and dataset.name.startswith("memory:") and cfg.dataset != dataset.name:
+        return dataclasses.replace(cfg, dataset=dataset.name)
+    return cfg
+
+
 class Run:
     """Everything a run needs: data on the device, the model as a pure function of a flat vector, state."""
 
@@ -61,7 +69,7 @@ class Run:
         """``init``: start weights as a state dict (name -> tensor) or a path (see ``--init``); None takes
         ``cfg.init``; False starts from the seeded initialisation even if ``cfg.init`` is set (a resume)."""
         from . import ALGORITHMS
-        self.cfg = cfg.validate()
+        self.cfg = cfg = with_dataset(cfg, dataset).validate()
         self.algo = algo or ALGORITHMS[cfg.algo](cfg)
         self.dtype, self.device = DTYPES[cfg.dtype], torch.device(cfg.device)
         # ---- data, resident on the device -------------------------------------------------------
@@ -102,6 +110,8 @@ class Run:
         self.state: dict[str, torch.Tensor] = {}
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
         self.callbacks: list = []
+        self.out = None                              # the run directory of the latest train() call, if any
+        self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
         self.use_vmap = cfg.vmap == "on" or (cfg.vmap == "auto" and self.device.type == "cuda" and not self.bspace.P)
         if self.use_vmap and self.bspace.P:
@@ -295,6 +305,16 @@ class Run:
                "test_acc": te[1], "n_active": ctx.n, "seconds": seconds}
         row.update(self.algo.comm(self, ctx))
         return row
+
+    # ---- continuing in memory ------------------------------------------------------------------
+    def advance(self, rounds: int, out=None, callbacks=()) -> "Run":
+        """Train ``rounds`` more rounds in place, exactly as one longer run (metrics and checkpoints go to ``out``,
+        by default the directory of the previous ``train`` call). ``run.advance(3)`` twice equals 6 rounds."""
+        from .loop import train
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+            raise UserError(f"advance: rounds must be an integer >= 1 (got {rounds!r})")
+        cfg = dataclasses.replace(self.cfg, rounds=self.t + rounds)
+        return train(cfg, self.out if out is None else out, callbacks=callbacks, run=self)
 
     # ---- state for checkpoints ---------------------------------------------------------------------
     def spec(self) -> dict:

@@ -12,7 +12,7 @@ import torch
 from .. import checkpoint
 from ..config import RunConfig
 from ..errors import UserError
-from .engine import Run
+from .engine import Run, with_dataset
 
 
 def to_checkpoint(run: Run, row: dict | None) -> dict:
@@ -52,44 +52,59 @@ def restore(run: Run, ck: dict) -> None:
 _RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads"}
 
 
+def _check_same(old: RunConfig, cfg: RunConfig, what: str, free=_RESUME_FREE) -> None:
+    diff = [k for k, v in cfg.to_dict().items() if k not in free and old.to_dict()[k] != v]
+    if diff:
+        raise UserError(f"{what}: the config differs from the run's in {', '.join(diff)}; "
+                        f"continue with the same settings (only --rounds may grow)")
+
+
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
-          dataset=None, init: dict | None = None) -> Run:
+          dataset=None, init: dict | None = None, run: Run | None = None) -> Run:
     """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt.
     ``dataset``: a Dataset (e.g. ``Dataset.from_tensors``) instead of ``cfg.dataset``; ``init``: start weights
-    as a state dict (name -> tensor) instead of the seeded initialisation (``cfg.init`` is its file form)."""
+    as a state dict (name -> tensor) instead of the seeded initialisation (``cfg.init`` is its file form).
+    ``run``: continue this Run (from an earlier ``train``) in memory up to ``cfg.rounds``, exactly as one longer
+    run would; only what ``--resume`` lets change may differ. ``run.advance(k)`` is the short form."""
     out = Path(out) if out is not None else None
     prior = None
+    if run is not None:
+        if resume or dataset is not None or init is not None:
+            raise UserError("train(run=...): a run object continues as it is; drop resume=, dataset= and init=")
+        cfg = with_dataset(cfg, run.ds)
+        _check_same(run.cfg, cfg, "train(run=...)", _RESUME_FREE - {"device"})
+        run.cfg = cfg.validate()
+    cfg = with_dataset(cfg, dataset)
     if resume:
         if out is None or not (out / "ckpt" / "last.pt").exists():
             raise UserError(f"--resume: no checkpoint at {out}/ckpt/last.pt; start a new run with --out")
         prior = checkpoint.load(out / "ckpt" / "last.pt")
-        old = RunConfig.from_dict(prior["config"])
-        diff = [k for k, v in cfg.to_dict().items() if k not in _RESUME_FREE and old.to_dict()[k] != v]
-        if diff:
-            raise UserError(f"--resume: the config differs from the run's in {', '.join(diff)}; "
-                            f"resume with the same settings (only --rounds may grow)")
-    run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
-    run.callbacks.extend(callbacks)
+        _check_same(RunConfig.from_dict(prior["config"]), cfg, "--resume")
+    if run is None:
+        run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
+    run.callbacks.extend(cb for cb in callbacks if cb not in run.callbacks)
     if prior is not None:
         restore(run, prior)
     if out is not None:
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
         mpath = out / "metrics.jsonl"
-        rows = [json.loads(s) for s in mpath.read_text().splitlines()] if resume and mpath.exists() else []
+        rows = [json.loads(s) for s in mpath.read_text().splitlines()] if run.t and mpath.exists() else []
         mpath.write_text("".join(json.dumps(r) + "\n" for r in rows if r["round"] <= run.t))
+    run.out = out
     show = not cfg.quiet and sys.stderr.isatty()
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
-    row = prior["metrics"] if prior else None
-    consumed = [0] * len(callbacks)
+    row = prior["metrics"] if prior else getattr(run, "last_row", None)
+    hooks = list(run.callbacks)                      # with a continued run, the hooks of earlier calls too
+    consumed = [len(getattr(cb, "rows", None) or []) for cb in hooks]   # rows of earlier calls are written
     saved = None                                     # the checkpoint of the latest round, if one was saved
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
         seconds = time.perf_counter() - t0
         probed = []
-        for j, cb in enumerate(callbacks):           # probes watching training: their new rows go to metrics.jsonl
+        for j, cb in enumerate(hooks):               # probes watching training: their new rows go to metrics.jsonl
             rows = getattr(cb, "rows", None) or []
             probed.extend(rows[consumed[j]:])
             consumed[j] = len(rows)
