@@ -61,7 +61,8 @@ class RunConfig:
     server_lr: float | None = _f(None, "server learning rate eta_g (1.0; FedAdam 0.1)")
     augment: bool = _f(False, "flip + pad-4 crop on image data, batched on the data's device")
     # ---- algorithm hyper-parameters (papers' names; None = that paper's default) -----------------
-    rho: float | None = _f(None, "SAM radius rho (FedSAM family; FedSMOO's r)")
+    rho: float | None = _f(None, "SAM radius rho (FedSAM family; FedSMOO's r): 0.1, FedSAM and "
+                              "FedLESAM 0.01 (their papers' values)")
     alpha: float | None = _f(None, "FedCM/MoFedSAM client-momentum alpha (0.1); FedALS adaptation alpha (10)")
     beta: float | None = _f(None, "relaxed-initialisation beta (FedInit, 0.1)")
     lamb: float | None = _f(None, "dynamic-regulariser coefficient lamb = 1/beta_FedDyn (FedDyn family, 0.1)")
@@ -189,6 +190,7 @@ DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1
 ALGO_DEFAULTS = {
     "fedals": {"alpha": 10}, "fedals-scaffold": {"alpha": 10},
     "fedadam": {"server_lr": 0.1},
+    "fedsam": {"rho": 0.01}, "fedlesam": {"rho": 0.01},    # FedSMOO Table 5 and FedLESAM Sec. 6.1 (README table)
 }
 
 

@@ -209,7 +209,8 @@ def test_fedlesam_one_pass_per_step_and_constant_perturbation():
                 assert all(torch.equal(r[0], d) for d in r)
             assert per_round[0][0].abs().max() == 0                        # first participation: no perturbation
             norms = per_round[-1][0].norm(dim=1)
-            assert torch.allclose(norms, torch.full_like(norms, 0.1), atol=1e-6)   # rho, once clients were seen
+            rho = run.cfg.hp("rho")
+            assert torch.allclose(norms, torch.full_like(norms, rho), atol=1e-6)   # rho, once clients were seen
     assert counts == {"fedavg": 1.0, "fedsam": 2.0, "fedlesam": 1.0}
 
 
