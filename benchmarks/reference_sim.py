@@ -23,7 +23,11 @@ Per-round rules (Delta_i = x_i - w^t, K = local_steps, S the active clients, N a
               s <- rho normalize(mean_S mu_i) (the simulator's server rule)
     fedlesam  g at x - rho u/||u||, u the last global update (the released code's source, with the global L2 norm:
               the released per-tensor indexing slip is not reproduced)
-Evaluation is not part of a round. Not part of the package: benchmarks import it by path.
+Evaluation is not part of a round. Clients are sampled without replacement (``active`` of them, seeded by
+(seed, round)); the DataLoader shuffles with torch's global RNG, seeded once in ``__init__`` as the simulator seeds
+it. Buffers (BatchNorm statistics) are not carried: the simulator's models have none (GroupNorm).
+Equal to the trainer's code forms to 1e-10 in float64 with the same minibatches (tests/test_reference_sim.py).
+Not part of the package: benchmarks import it by path.
 """
 from __future__ import annotations
 
