@@ -9,6 +9,7 @@ import torch
 from fedlab_analysis import checkpoint
 from fedlab_analysis.data import Dataset, load_dataset
 from fedlab_analysis.errors import UserError
+from fedlab_analysis.probes.common import rebuild
 from fedlab_analysis.trainers.engine import Run
 from fedlab_analysis.trainers.loop import train
 
@@ -51,6 +52,8 @@ def test_memory_data_resumes_and_is_named_in_the_checkpoint(tmp_path, tiny_cfg):
     assert checkpoint.load(tmp_path / "r")["config"]["dataset"] == "memory:d"
     with pytest.raises(UserError, match="memory:d.*dataset="):
         load_dataset("memory:d")
+    b = rebuild(checkpoint.load(tmp_path / "r"), dataset=ds)          # probes take the same object again
+    assert torch.equal(b.theta, resumed.w) and len(b.y) == len(torch.cat(resumed.idx).unique())
 
 
 def _bad(**kw):

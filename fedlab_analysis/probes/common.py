@@ -57,9 +57,12 @@ def select_data(ds, ckpt: dict, data: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: int = 0,
-            dtype=torch.float32, device="cpu", data_dir: str | None = None) -> Bundle:
+            dtype=torch.float32, device="cpu", data_dir: str | None = None, dataset=None) -> Bundle:
+    """Model, flat weights and data of a checkpoint; ``dataset`` gives the data of a run trained on in-memory data
+    (``Dataset.from_tensors``), which the checkpoint names but does not store."""
     cfg = ckpt["config"]
-    ds = load_dataset(cfg["dataset"], data_dir=data_dir or cfg.get("data_dir"), seed=cfg["seed"])
+    ds = dataset if dataset is not None else load_dataset(cfg["dataset"], data_dir=data_dir or cfg.get("data_dir"),
+                                                          seed=cfg["seed"])
     spec = ckpt["model"]
     model = build_model(spec["name"], tuple(spec["input_shape"]), spec["n_classes"], **spec.get("kwargs", {}))
     model.load_state_dict({**ckpt["global"], **ckpt.get("buffers", {})}, strict=False)
