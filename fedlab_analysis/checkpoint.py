@@ -10,34 +10,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from .errors import CheckpointError
+from .rundir import atomic
 
 FORMAT, VERSION = "fedlab_analysis.ckpt", 1
 REQUIRED = ("config", "round", "model", "global", "layers", "algo_state", "partition")
 
 
-def _atomic(path: Path, write) -> Path:
-    """``write(tmp)`` fills a temp file beside ``path``, which then replaces ``path`` in one step."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def save(ckpt: dict, path: str | os.PathLike) -> Path:
     ckpt = {"format": FORMAT, "version": VERSION, **ckpt}
-    return _atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
+    return atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
 
 
 def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
@@ -49,7 +35,7 @@ def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
             os.link(src, tmp)
         except OSError:
             shutil.copyfile(src, tmp)
-    return _atomic(Path(path), write)
+    return atomic(Path(path), write)
 
 
 def load(path: str | os.PathLike, map_location="cpu") -> dict:

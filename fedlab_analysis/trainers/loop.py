@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from .. import checkpoint
+from .. import checkpoint, rundir
 from ..config import RunConfig
-from ..errors import UserError
+from ..errors import CheckpointError, Diverged, UserError
 from .engine import Run
 
 
@@ -49,39 +50,65 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads"}
+_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads", "on_divergence"}
+
+
+def _diverged(run: Run, row: dict | None) -> str | None:
+    """What became non-finite this round (parameters, or the evaluated loss), or None."""
+    if not torch.isfinite(run.w).all():
+        return "the global parameters are not finite"
+    for k in ("train_loss", "test_loss"):
+        if row is not None and row.get("round") == run.t and not math.isfinite(row.get(k, 0.0)):
+            return f"{k} is {row[k]}"
+    return None
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
-          dataset=None) -> Run:
-    """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt."""
-    out = Path(out) if out is not None else None
+          dataset=None, overwrite: bool = False) -> Run:
+    """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt.
+    ``out`` is locked while this runs; a non-empty ``out`` is refused unless resumed or ``overwrite`` (which
+    clears it). Non-finite parameters or loss raise ``Diverged`` at that round (``cfg.on_divergence == 'stop'``)
+    after marking it in metrics.jsonl; last.pt keeps the last finite checkpoint."""
+    out = rundir.check_dir(out) if out is not None else None
     prior = None
     if resume:
         if out is None or not (out / "ckpt" / "last.pt").exists():
             raise UserError(f"--resume: no checkpoint at {out}/ckpt/last.pt; start a new run with --out")
         prior = checkpoint.load(out / "ckpt" / "last.pt")
-        old = RunConfig.from_dict(prior["config"])
+        old = RunConfig.from_dict(prior["config"], f"{out}/ckpt/last.pt: config")
         diff = [k for k, v in cfg.to_dict().items() if k not in _RESUME_FREE and old.to_dict()[k] != v]
         if diff:
             raise UserError(f"--resume: the config differs from the run's in {', '.join(diff)}; "
                             f"resume with the same settings (only --rounds may grow)")
+        if cfg.rounds < prior["round"]:
+            raise UserError(f"--rounds: {cfg.rounds} is fewer than the {prior['round']} rounds {out} has done; "
+                            f"give --rounds {prior['round']} or more")
     run = Run(cfg, dataset=dataset)                  # validates everything before a file is written
     run.callbacks.extend(callbacks)
     if prior is not None:
         restore(run, prior)
+    lock = rundir.prepare(out, resume, overwrite) if out is not None else None
+    try:
+        return _loop(run, cfg, out, prior, callbacks)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, callbacks) -> Run:
+    resume = prior is not None
     if out is not None:
+        rows = [r for r in rundir.read_metrics(out / "metrics.jsonl") if r["round"] <= run.t] if resume else []
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
-        mpath = out / "metrics.jsonl"
-        rows = [json.loads(s) for s in mpath.read_text().splitlines()] if resume and mpath.exists() else []
-        mpath.write_text("".join(json.dumps(r) + "\n" for r in rows if r["round"] <= run.t))
+        rundir.write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=1) + "\n")
+        rundir.write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     show = not cfg.quiet and sys.stderr.isatty()
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
     row = prior["metrics"] if prior else None
     consumed = [0] * len(callbacks)
     saved = None                                     # the checkpoint of the latest round, if one was saved
+    marked = False                                   # a divergence already marked (--on-divergence continue)
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
@@ -94,9 +121,23 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or probed:
             row = {**run.metrics(seconds, ctx), **({"probes": probed} if probed else {})}
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
-            if out is not None:
-                with open(out / "metrics.jsonl", "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+        why = None if marked else _diverged(run, row)
+        if why is not None:
+            marked = True
+            row = {**(row if row is not None and row.get("round") == run.t else
+                      {"round": run.t, "lr": ctx.lr, "n_active": ctx.n, "seconds": seconds}), "diverged": why}
+        if out is not None and row is not None and row["round"] == run.t:
+            with open(out / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        if why is not None and cfg.on_divergence == "stop":
+            bar.close()
+            run.last_row = row
+            kept = saved_round(out) if out is not None else "nothing was saved"
+            raise Diverged(f"training diverged at round {run.t}: {why} ({kept}); lower --lr, add --clip, or pass "
+                           f"--on-divergence continue", run.t)
+        if why is not None:
+            print(f"warning: training diverged at round {run.t}: {why}; going on (--on-divergence continue)",
+                  file=sys.stderr)
         saved = None                                 # last.pt follows every checkpoint, so --resume works
         if out is not None and cfg.ckpt_every and run.t % cfg.ckpt_every == 0:   # after an interruption too
             saved = checkpoint.save(to_checkpoint(run, row), out / "ckpt" / f"round_{run.t:04d}.pt")
@@ -107,3 +148,11 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         checkpoint.save(to_checkpoint(run, row), out / "ckpt" / "last.pt")
     run.last_row = row
     return run
+
+
+def saved_round(out: Path) -> str:
+    """Where the last finite state is: the round last.pt holds, or that none was saved."""
+    try:
+        return f"{out}/ckpt/last.pt keeps round {checkpoint.load(out / 'ckpt' / 'last.pt')['round']}"
+    except CheckpointError:
+        return "no checkpoint was saved before it; --ckpt-every 1 keeps one every round"
