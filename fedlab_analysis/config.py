@@ -150,17 +150,12 @@ class RunConfig:
         return ALGO_DEFAULTS.get(self.algo, {}).get(name, DEFAULTS.get(name))
 
     def validate(self, source: str | None = None) -> "RunConfig":
-        """Every field's type and range, then the algorithm's own parameters: the one place the rules are
-        applied (flags, YAML, resumed config.json and sweep cells all end here). ``source`` names where the
-        values came from in the message (default: the flags, ``--name``)."""
+        """Every field's type and range, then the algorithm's parameters in the algorithm's own ranges: the one
+        place the rules are applied (flags, YAML, resumed config.json and sweep cells all end here). ``source``
+        names where the values came from in the message (default: the flags, ``--name``)."""
         for f in fields(self):
             setattr(self, f.name, check_value(f.name, getattr(self, f.name), _where(source, f.name)))
         uses = algos.uses(self.algo, self.ri)
-        for name in algos.HYPER:                    # a flag that would do nothing is refused
-            if name not in uses and getattr(self, name) != _FIELDS[name].default:
-                users = algos.users(name) + (["any algorithm with --ri"] if name in algos.RI else [])
-                raise UserError(f"{_where(source, name)}: {self.algo} does not use {name}; it is used by "
-                                f"{', '.join(users)}")
         for name, rule in uses.items():             # the paper default too, in the algorithm's own range
             check_value(name, self.hp(name), _where(source, name), rule, f" for {self.algo}" if rule else "")
         return self
@@ -198,6 +193,29 @@ def describe(rule: dict) -> str:
     return whole.strip()
 
 
+def _in_range(v, rule: dict) -> bool:
+    lo, hi = rule.get("lo"), rule.get("hi")
+    return not ((lo is not None and (v < lo or (rule.get("lo_open") and v == lo)))
+                or (hi is not None and (v > hi or (rule.get("hi_open") and v == hi)))
+                or (rule.get("integer") and v != int(v)))
+
+
+def arg_type(base: type, **rule):
+    """An argparse ``type=`` applying a rule in the words of the RunConfig fields, for flags outside RunConfig
+    (the probes' and theory's): ``p.add_argument("--samples", type=arg_type(int, lo=1))``; floats must be finite."""
+    def parse(s: str):
+        try:
+            v = base(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {_WORDS[base.__name__]} (got {s!r})") from None
+        if base is float and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be {_WORDS['float']} (got {s!r})")
+        if not _in_range(v, rule):
+            raise argparse.ArgumentTypeError(f"must be {describe(rule)} (got {s!r})")
+        return v
+    return parse
+
+
 def _choices(rule) -> tuple:
     c = rule["choices"]
     return tuple(c() if callable(c) else c)
@@ -227,12 +245,8 @@ def check_value(name: str, v, where: str, narrow: dict | None = None, why: str =
         v = float(v)
         if not math.isfinite(v):
             raise UserError(f"{where}: must be {_WORDS[base]} {got}")
-    if base in ("int", "float"):
-        lo, hi = rule.get("lo"), rule.get("hi")
-        if ((lo is not None and (v < lo or (rule.get("lo_open") and v == lo)))
-                or (hi is not None and (v > hi or (rule.get("hi_open") and v == hi)))
-                or (rule.get("integer") and v != int(v))):
-            raise UserError(f"{where}: must be {describe(rule)}{why} {got}")
+    if base in ("int", "float") and not _in_range(v, rule):
+        raise UserError(f"{where}: must be {describe(rule)}{why} {got}")
     if base == "str" and "choices" in rule and v not in _choices(rule):
         raise UserError(f"{where}: unknown {v!r}; choose one of {', '.join(_choices(rule))}")
     if base == "str" and "pattern" in rule and not re.fullmatch(rule["pattern"], v.strip().lower()):
@@ -256,10 +270,25 @@ def check(d: dict, source: str) -> dict:
     return out
 
 
+def refuse_unused(cfg: RunConfig, given, source: str | None = None) -> None:
+    """A hyper-parameter the user gave (``given``: names) that ``cfg.algo`` does not read would do nothing:
+    refused in one line naming the algorithms that use it. (Python callers may share one settings dict across
+    algorithms; the entry points call this on what the user typed.)"""
+    uses = algos.uses(cfg.algo, cfg.ri)
+    for name in given:
+        name = name.replace("-", "_")
+        if name in algos.HYPER and name not in uses and getattr(cfg, name) is not None:
+            users = algos.users(name) + (["any algorithm with --ri"] if name in algos.RI else [])
+            raise UserError(f"{_where(source, name)}: {cfg.algo} does not use {name}; it is used by "
+                            f"{', '.join(users)}")
+
+
 def validate_dict(d: dict, source: str = "config") -> RunConfig:
     """The whole layer on a mapping (a sweep's grid cell, a YAML file): types, ranges, the algorithm's
-    parameters; every message names ``source`` and the key."""
-    return RunConfig(**check(d, source)).validate(source)
+    parameters, no parameter the algorithm ignores; every message names ``source`` and the key."""
+    cfg = RunConfig(**check(d, source)).validate(source)
+    refuse_unused(cfg, d, source)
+    return cfg
 
 
 DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,

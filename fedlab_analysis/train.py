@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import algos, rundir
-from .config import add_arguments, check, from_args, load_yaml
+from .config import add_arguments, check, from_args, load_yaml, refuse_unused
 from .errors import EXIT_DIVERGED, ArgParser, Diverged, UserError
 
 
@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        base = load_yaml(args.config) if args.config else {}
+        base = yaml = load_yaml(args.config) if args.config else {}
         if args.resume:
             if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
                 raise UserError(f"--out {args.out}: differs from --resume {args.resume}; a resumed run writes "
@@ -52,6 +52,9 @@ def main(argv=None) -> int:
             raise UserError("--out: give a run directory (it receives config.json, metrics.jsonl and ckpt/)")
         rundir.check_dir(args.out)
         cfg = from_args(args, base).validate()
+        flags = [f for f in vars(args) if getattr(args, f) is not None]
+        refuse_unused(cfg, flags)                    # what the user typed, not a resumed config.json
+        refuse_unused(cfg, [k for k in yaml if k not in flags], f"--config {args.config}")
         from .device import set_threads
         from .probes.hooks import build
         from .trainers.loop import train

@@ -37,6 +37,13 @@ def to_checkpoint(run: Run, row: dict | None) -> dict:
 
 
 def restore(run: Run, ck: dict) -> None:
+    """Put a (checked) checkpoint's state into ``run``; state that does not fit this run is one CheckpointError."""
+    want = {k: tuple(v.shape) for k, v in run.state.items()}
+    got = {k: tuple(v.shape) for k, v in ck["algo_state"].items()}
+    rows = ck["clients"]["models"].shape[0] if ck.get("clients") else run.m
+    if got != want or rows != run.m:
+        raise CheckpointError(f"--resume: the checkpoint's algorithm state ({', '.join(got) or 'none'}; {rows} "
+                              f"clients) does not fit a {run.cfg.algo} run with {run.m} clients; it is damaged")
     dev = dict(device=run.device, dtype=run.dtype)
     run.w = run.space.flatten(ck["global"]).to(**dev)
     if run.bspace.P:
@@ -87,21 +94,20 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     run.callbacks.extend(callbacks)
     if prior is not None:
         restore(run, prior)
+    kept = [r for r in rundir.read_metrics(out / "metrics.jsonl") if r["round"] <= run.t] if resume else []
     lock = rundir.prepare(out, resume, overwrite) if out is not None else None
     try:
-        return _loop(run, cfg, out, prior, callbacks)
+        return _loop(run, cfg, out, prior, callbacks, kept)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, callbacks) -> Run:
-    resume = prior is not None
+def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, callbacks, kept: list) -> Run:
     if out is not None:
-        rows = [r for r in rundir.read_metrics(out / "metrics.jsonl") if r["round"] <= run.t] if resume else []
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
         rundir.write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=1) + "\n")
-        rundir.write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        rundir.write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
     show = not cfg.quiet and sys.stderr.isatty()
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
@@ -132,8 +138,8 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, callba
         if why is not None and cfg.on_divergence == "stop":
             bar.close()
             run.last_row = row
-            kept = saved_round(out) if out is not None else "nothing was saved"
-            raise Diverged(f"training diverged at round {run.t}: {why} ({kept}); lower --lr, add --clip, or pass "
+            where = saved_round(out) if out is not None else "nothing was saved"
+            raise Diverged(f"training diverged at round {run.t}: {why} ({where}); lower --lr, add --clip, or pass "
                            f"--on-divergence continue", run.t)
         if why is not None:
             print(f"warning: training diverged at round {run.t}: {why}; going on (--on-divergence continue)",
