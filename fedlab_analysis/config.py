@@ -149,10 +149,10 @@ class RunConfig:
             return v
         return ALGO_DEFAULTS.get(self.algo, {}).get(name, DEFAULTS.get(name))
 
-    def validate(self, source: str | None = None) -> "RunConfig":
+    def validate(self, source: str | dict | None = None) -> "RunConfig":
         """Every field's type and range, then the algorithm's parameters in the algorithm's own ranges: the one
         place the rules are applied (flags, YAML, resumed config.json and sweep cells all end here). ``source``
-        names where the values came from in the message (default: the flags, ``--name``)."""
+        names where the values came from in the message (default: the flags, ``--name``; a dict: per field)."""
         for f in fields(self):
             setattr(self, f.name, check_value(f.name, getattr(self, f.name), _where(source, f.name)))
         uses = algos.uses(self.algo, self.ri)
@@ -167,7 +167,10 @@ _WORDS = {"int": "a whole number", "float": "a finite number", "str": "a string"
           "dict": "a mapping"}
 
 
-def _where(source: str | None, name: str) -> str:
+def _where(source: str | dict | None, name: str) -> str:
+    """How a message names a field: ``--name`` (a flag), or ``SOURCE: name``; ``source`` may map names to
+    sources (values merged from a file and from flags)."""
+    source = source.get(name) if isinstance(source, dict) else source
     return "--" + name.replace("_", "-") if source is None else f"{source}: {name}"
 
 
@@ -270,7 +273,7 @@ def check(d: dict, source: str) -> dict:
     return out
 
 
-def refuse_unused(cfg: RunConfig, given, source: str | None = None) -> None:
+def refuse_unused(cfg: RunConfig, given, source: str | dict | None = None) -> None:
     """A hyper-parameter the user gave (``given``: names) that ``cfg.algo`` does not read would do nothing:
     refused in one line naming the algorithms that use it. (Python callers may share one settings dict across
     algorithms; the entry points call this on what the user typed.)"""

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import algos, rundir
-from .config import add_arguments, check, from_args, load_yaml, refuse_unused
+from .config import RunConfig, add_arguments, check, fields, from_args, load_yaml, refuse_unused
 from .errors import EXIT_DIVERGED, ArgParser, Diverged, UserError
 
 
@@ -34,7 +34,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        base = yaml = load_yaml(args.config) if args.config else {}
+        yaml = load_yaml(args.config) if args.config else {}
+        flags = [f.name for f in fields(RunConfig) if getattr(args, f.name) is not None]
+        sources = {k: f"--config {args.config}" for k in yaml}
+        base = yaml
         if args.resume:
             if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
                 raise UserError(f"--out {args.out}: differs from --resume {args.resume}; a resumed run writes "
@@ -46,15 +49,16 @@ def main(argv=None) -> int:
                 raise UserError(f"--resume {args.resume}: no checkpoint {args.resume}/ckpt/last.pt; is this a run "
                                 f"directory?")
             path = Path(args.resume) / "config.json"
-            base = {**check(rundir.read_config(path), str(path)), **base}
+            base = {**check(rundir.read_config(path), str(path)), **yaml}
+            sources = {**{k: str(path) for k in base}, **sources}
             args.out = args.resume
         if args.out is None:
             raise UserError("--out: give a run directory (it receives config.json, metrics.jsonl and ckpt/)")
         rundir.check_dir(args.out)
-        cfg = from_args(args, base).validate()
-        flags = [f for f in vars(args) if getattr(args, f) is not None]
-        refuse_unused(cfg, flags)                    # what the user typed, not a resumed config.json
-        refuse_unused(cfg, [k for k in yaml if k not in flags], f"--config {args.config}")
+        for k in flags:                              # a flag overrides the file: name the flag
+            sources.pop(k, None)
+        cfg = from_args(args, base).validate(sources)
+        refuse_unused(cfg, [*flags, *yaml], sources)  # what the user typed, not a resumed config.json
         from .device import set_threads
         from .probes.hooks import build
         from .trainers.loop import train
