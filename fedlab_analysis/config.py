@@ -277,10 +277,13 @@ def refuse_unused(cfg: RunConfig, given, source: str | dict | None = None) -> No
     """A hyper-parameter the user gave (``given``: names) that ``cfg.algo`` does not read would do nothing:
     refused in one line naming the algorithms that use it. (Python callers may share one settings dict across
     algorithms; the entry points call this on what the user typed.)"""
-    uses = algos.uses(cfg.algo, cfg.ri)
+    uses = algos.uses(cfg.algo, cfg.ri, cfg)
     for name in given:
         name = name.replace("-", "_")
         if name in algos.HYPER and name not in uses and getattr(cfg, name) is not None:
+            if algos.condition(cfg.algo, name):
+                raise UserError(f"{_where(source, name)}: {cfg.algo} uses {name} only "
+                                f"{algos.condition(cfg.algo, name)}")
             users = algos.users(name) + (["any algorithm with --ri"] if name in algos.RI else [])
             raise UserError(f"{_where(source, name)}: {cfg.algo} does not use {name}; it is used by "
                             f"{', '.join(users)}")

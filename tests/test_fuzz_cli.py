@@ -251,7 +251,7 @@ def probe_cases():
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     cases = []
     for name, sp in sub.choices.items():
-        ck = "run"
+        ck, first = "run", len(cases)
         damaged = ["shape", "nan", "dtype", "missing", "extra", "layers", "layers2", "round", "newer", "foreign",
                    "config", "model", "clients", "partition", "trunc", "text", "empty"]
         for d in damaged:
@@ -269,6 +269,8 @@ def probe_cases():
         ]
         if not torch.cuda.is_available():
             cases.append(([name, ck, "--device", "cuda"], "--device"))
+        if name != "hessian":                        # the shared checks once by default, for every probe in test-all
+            cases[first:] = [pytest.param(*c, marks=pytest.mark.slow) for c in cases[first:]]
         common = {"--data", "--samples", "--seed", "--dtype", "--device", "--data-dir", "--json", "--plot", "-h"}
         for act in sp._actions:                      # the probe's own flags: their declared types and choices
             if not act.option_strings or act.option_strings[0] in common or act.nargs == 0:
@@ -286,7 +288,11 @@ def probe_cases():
 PROBE = probe_cases()
 
 
-@pytest.mark.parametrize("argv, needle", PROBE, ids=[" ".join(a) for a, _ in PROBE])
+def _id(c):
+    return " ".join((c.values if hasattr(c, "values") else c)[0])
+
+
+@pytest.mark.parametrize("argv, needle", PROBE, ids=[_id(c) for c in PROBE])
 def test_probe(world, monkeypatch, argv, needle):
     argv = [str(world / a) if i == 1 else a for i, a in enumerate(argv)]
     argv = [str(world / a) if i > 1 and argv[i - 1] in ("--json", "--plot") else a for i, a in enumerate(argv)]

@@ -132,7 +132,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, callba
             marked = True
             row = {**(row if row is not None and row.get("round") == run.t else
                       {"round": run.t, "lr": ctx.lr, "n_active": ctx.n, "seconds": seconds}), "diverged": why}
-        if out is not None and row is not None and row["round"] == run.t:
+        if out is not None and row is not None and row.get("round") == run.t:
             with open(out / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(row) + "\n")
         if why is not None and cfg.on_divergence == "stop":
