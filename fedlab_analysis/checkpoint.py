@@ -9,6 +9,7 @@ partition (indices: list of tensors, counts), rng (the seeding scheme), metrics 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -52,7 +53,12 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001  truncated zips fail as KeyError, EOFError, BadZipFile, ...
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if found:                                    # weights_only refused an object: nothing of it ran
+            raise CheckpointError(f"{str(path)!r} holds an object {found.group(1)}, which fedlab_analysis never "
+                                  f"writes; refused unread (no code in it was run)") from None
+        text = " ".join(str(e).split())
+        first = (text.split("Unpickler error:")[-1].strip() or type(e).__name__).split(". ")[0][:160]
         raise CheckpointError(f"{str(path)!r} is truncated or not a torch checkpoint ({first}); "
                               f"re-run or point at another file") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:

@@ -1,8 +1,15 @@
-"""RunConfig: every knob of a run in one visible block, with the papers' names and defaults.
+"""RunConfig: every knob of a run in one visible block, with the papers' names and defaults, and the one
+validation layer every entry point goes through.
 
-Defaults follow the authors' simulator (FL-Simulator, notes/anchors.md section 1.1) where the papers
-are silent; an algorithm's own hyper-parameter left at ``None`` takes that paper's default
-(``ALGO_DEFAULTS``). ``--help`` prints every field with its default and meaning.
+Defaults follow the authors' simulator (FL-Simulator) where the papers are silent; an algorithm's own
+hyper-parameter left at ``None`` takes that paper's default (``ALGO_DEFAULTS``). ``--help`` prints every field
+with its range and default.
+
+Adding a field is one line: ``name: float = _f(0.1, "help", lo=0, lo_open=True)``. The annotation gives the type
+(int, float, str, bool, dict; ``| None`` allows null), the keywords its rule (``lo``/``hi``/``lo_open``/``hi_open``,
+``choices``, ``pattern``); ``check_value`` applies both to flags, YAML (``load_yaml``), resumed config.json files,
+checkpoints' configs and sweep cells (``validate_dict``). Which algorithm reads which hyper-parameter, and any
+narrower range it needs, is declared in ``algos.py``.
 """
 from __future__ import annotations
 
@@ -230,6 +237,8 @@ def check_value(name: str, v, where: str, narrow: dict | None = None, why: str =
     base, nullable = _type(name)
     rule = {**_FIELDS[name].metadata, **(narrow or {})}
     got = f"(got {v!r})"
+    if base not in _WORDS:                          # a type this layer does not know: checked by its own block
+        return v
     if v is None:
         if nullable:
             return None
@@ -322,7 +331,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         rng = describe({k: v for k, v in f.metadata.items() if k != "choices"})
         h = f"{f.metadata['help']} ({rng + '; ' if rng else ''}default: {getattr(defaults, f.name)})"
         base, _ = _type(f.name)
-        typ = {"int": int, "float": float, "str": str, "dict": json.loads, "bool": _parse_bool}[base]
+        typ = {"int": int, "float": float, "dict": json.loads, "bool": _parse_bool}.get(base, str)
         p.add_argument(flag, type=typ, default=None, help=h.replace("%", "%%"),
                        **({"nargs": "?", "const": True} if base == "bool" else {}))
 

@@ -47,6 +47,7 @@ def world(tmp_path_factory):
     }
     for name, ck in damaged.items():
         torch.save(ck, bad / f"{name}.pt")
+    torch.save({**good, "metrics": Evil(str(w / "pwned"))}, bad / "evil.pt")   # loading it must run no code
     raw = (w / "run/ckpt/last.pt").read_bytes()
     (bad / "trunc.pt").write_bytes(raw[: len(raw) // 3])
     (bad / "text.pt").write_text("hello")
@@ -56,6 +57,16 @@ def world(tmp_path_factory):
     (w / "nonrun").mkdir()
     (w / "nonrun" / "notes.txt").write_text("precious")
     return w
+
+
+class Evil:
+    """A crafted pickle: unpickling it would create a file (the snapshot check would see it)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def snapshot(root: Path) -> dict:
@@ -253,7 +264,7 @@ def probe_cases():
     for name, sp in sub.choices.items():
         ck, first = "run", len(cases)
         damaged = ["shape", "nan", "dtype", "missing", "extra", "layers", "layers2", "round", "newer", "foreign",
-                   "config", "model", "clients", "partition", "trunc", "text", "empty"]
+                   "config", "model", "clients", "partition", "trunc", "text", "empty", "evil"]
         for d in damaged:
             cases.append(([name, f"bad/{d}.pt"], f"{d}.pt"))
         cases += [

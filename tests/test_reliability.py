@@ -221,3 +221,24 @@ def test_phi_layers_is_checked_against_the_model_before_a_file_is_written(tmp_pa
             train(cfg, tmp_path / "r")
         assert not (tmp_path / "r").exists()
     Run(tiny_cfg(algo="fedals", active_ratio=1.0, model="mlp", model_kwargs={"widths": [8]}, phi_layers=1))
+
+
+# ---- crafted checkpoints ------------------------------------------------------------------------------------
+class _Crafted:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):                            # unpickling would create a file
+        return (open, (self.path, "w"))
+
+
+def test_crafted_pickle_checkpoint_is_refused_and_runs_no_code(tmp_path, capsys):
+    from fedlab_analysis import probe
+    from fedlab_analysis.errors import CheckpointError
+    torch.save({"format": checkpoint.FORMAT, "version": 1, "metrics": _Crafted(str(tmp_path / "pwned"))},
+               tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="holds an object .*open.*refused unread"):
+        checkpoint.load(tmp_path / "evil.pt")
+    assert probe.main(["hessian", str(tmp_path / "evil.pt")]) == 2
+    assert "refused unread" in capsys.readouterr().err
+    assert not (tmp_path / "pwned").exists()
