@@ -9,35 +9,22 @@ partition (indices: list of tensors, counts), rng (the seeding scheme), metrics 
 from __future__ import annotations
 
 import os
+import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from .errors import CheckpointError
+from .rundir import atomic
 
 FORMAT, VERSION = "fedlab_analysis.ckpt", 1
 REQUIRED = ("config", "round", "model", "global", "layers", "algo_state", "partition")
 
 
-def _atomic(path: Path, write) -> Path:
-    """``write(tmp)`` fills a temp file beside ``path``, which then replaces ``path`` in one step."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def save(ckpt: dict, path: str | os.PathLike) -> Path:
     ckpt = {"format": FORMAT, "version": VERSION, **ckpt}
-    return _atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
+    return atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
 
 
 def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
@@ -49,7 +36,7 @@ def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
             os.link(src, tmp)
         except OSError:
             shutil.copyfile(src, tmp)
-    return _atomic(Path(path), write)
+    return atomic(Path(path), write)
 
 
 def load(path: str | os.PathLike, map_location="cpu") -> dict:
@@ -66,7 +53,12 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001  truncated zips fail as KeyError, EOFError, BadZipFile, ...
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if found:                                    # weights_only refused an object: nothing of it ran
+            raise CheckpointError(f"{str(path)!r} holds an object {found.group(1)}, which fedlab_analysis never "
+                                  f"writes; refused unread (no code in it was run)") from None
+        text = " ".join(str(e).split())
+        first = (text.split("Unpickler error:")[-1].strip() or type(e).__name__).split(". ")[0][:160]
         raise CheckpointError(f"{str(path)!r} is truncated or not a torch checkpoint ({first}); "
                               f"re-run or point at another file") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -79,6 +71,7 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     missing = [k for k in REQUIRED if k not in ckpt]
     if missing:
         raise CheckpointError(f"{str(path)!r} lacks {', '.join(missing)}; it is incomplete, re-run training")
+    verify(ckpt, path)
     return ckpt
 
 
@@ -112,3 +105,75 @@ def _load_as(p: Path, flag: str) -> dict:
         return load(p)
     except CheckpointError as e:
         raise CheckpointError(f"{flag}: {e}") from None
+
+def _tensors(d, what: str, where: str, floating: bool = False) -> dict:
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
+        raise CheckpointError(f"{where}: {what} is not a mapping of names to tensors")
+    for k, v in d.items():
+        if floating and not v.is_floating_point():
+            raise CheckpointError(f"{where}: {what}[{k!r}] has dtype {v.dtype}, not a floating-point type")
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise CheckpointError(f"{where}: {what}[{k!r}] holds non-finite values (the run diverged); "
+                                  f"use an earlier checkpoint (ckpt/round_XXXX.pt)")
+    return d
+
+
+def _same(got: dict, want: dict, what: str, where: str) -> None:
+    if set(got) != set(want):
+        odd = sorted(set(got) ^ set(want))[:3]
+        raise CheckpointError(f"{where}: {what} names ({', '.join(odd)}, ...) do not match the model; it is "
+                              f"damaged or from another model")
+    for k, v in want.items():
+        if tuple(got[k].shape) != tuple(v.shape):
+            raise CheckpointError(f"{where}: {what}[{k!r}] has shape {list(got[k].shape)}, the model's is "
+                                  f"{list(v.shape)}")
+
+
+def verify(ckpt: dict, path) -> None:
+    """Every field well-formed and the tensors those of the model the checkpoint names (names, shapes, floating
+    dtypes, finite values): a damaged or foreign checkpoint is one CheckpointError line, before any use."""
+    from .config import check
+    from .errors import UserError
+    from .models import build_model
+    from .params import ParamSpace
+
+    where = repr(str(path))
+    r = ckpt["round"]
+    if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+        raise CheckpointError(f"{where}: round is {r!r}, not a round number")
+    spec = ckpt["model"]
+    try:
+        check(ckpt["config"], f"{where}: config")
+        if not isinstance(spec, dict) or not isinstance(spec.get("kwargs", {}), dict):
+            raise UserError(f"{where}: model is not a model spec")
+        model = build_model(spec.get("name"), spec.get("input_shape"), spec.get("n_classes"),
+                            **spec.get("kwargs", {}))
+    except UserError as e:
+        raise CheckpointError(f"{e}" if str(e).startswith(where) else f"{where}: model spec: {e}") from None
+    params = dict(model.named_parameters())
+    _same(_tensors(ckpt["global"], "global", where, floating=True), params, "global", where)
+    buffers = {n: b for n, b in model.named_buffers() if b.is_floating_point()}
+    _same(_tensors(ckpt.get("buffers") or {}, "buffers", where, floating=True), buffers, "buffers", where)
+    key = lambda l: (l.name, l.shape, l.offset, l.numel, l.block)          # noqa: E731  (group: FedALS' split)
+    try:
+        space = ParamSpace.from_table(ckpt["layers"])
+    except (TypeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"{where}: the layer table is malformed ({type(e).__name__}: {e})") from None
+    if [key(l) for l in space.layers] != [key(l) for l in ParamSpace.of_model(model).layers]:
+        raise CheckpointError(f"{where}: the layer table does not describe the model {spec['name']!r}")
+    _tensors(ckpt["algo_state"], "algo_state", where)
+    cl = ckpt.get("clients")
+    if cl is not None:
+        m, rounds = (cl.get("models"), cl.get("rounds")) if isinstance(cl, dict) else (None, None)
+        if not (isinstance(m, torch.Tensor) and m.dim() == 2 and m.shape[1] == space.P
+                and isinstance(rounds, torch.Tensor) and tuple(rounds.shape) == (m.shape[0],)
+                and len(cl.get("ids") or ()) == m.shape[0]):
+            raise CheckpointError(f"{where}: clients is not an [m, {space.P}] table of models with m rounds and ids")
+        _tensors({"models": m}, "clients", where)
+    part = ckpt["partition"]
+    ix = part.get("indices") if isinstance(part, dict) else None
+    if not isinstance(ix, list) or not all(isinstance(i, torch.Tensor) and i.dim() == 1 and not i.is_floating_point()
+                                           for i in ix):
+        raise CheckpointError(f"{where}: partition.indices is not a list of index tensors")
+    if not isinstance(ckpt.get("metrics", {}), dict):
+        raise CheckpointError(f"{where}: metrics is not a mapping")

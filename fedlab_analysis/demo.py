@@ -51,7 +51,7 @@ def main(argv=None) -> int:
 
     # ---- 1. FedAvg -------------------------------------------------------------------------------------------
     cfg = RunConfig(**{**DEMO, "rounds": args.rounds})
-    run = train(cfg, out / "fedavg")
+    run = train(cfg, out / "fedavg", overwrite=True)          # make demo regenerates its runs
     rows = {"FedAvg": plots.read_metrics(out / "fedavg")}
     print(f"FedAvg on digits, {cfg.clients} clients, Dirichlet {cfg.dir_alpha}: final test accuracy "
           f"{rows['FedAvg'][-1]['test_acc']:.4f} after {run.t} rounds ({time.perf_counter() - t0:.1f} s)")
@@ -61,7 +61,8 @@ def main(argv=None) -> int:
 
     # ---- 2. FedSMOO on the same clients ----------------------------------------------------------------------
     t1 = time.perf_counter()
-    train(RunConfig(**{**DEMO, "rounds": args.rounds, "algo": "fedsmoo", "rho": 0.05}), out / "fedsmoo")
+    train(RunConfig(**{**DEMO, "rounds": args.rounds, "algo": "fedsmoo", "rho": 0.05}), out / "fedsmoo",
+          overwrite=True)
     rows["FedSMOO"] = plots.read_metrics(out / "fedsmoo")
     print(f"FedSMOO (rho 0.05, lamb 0.1): final test accuracy {rows['FedSMOO'][-1]['test_acc']:.4f} "
           f"({time.perf_counter() - t1:.1f} s)")

@@ -1,4 +1,6 @@
 """User-facing errors: the command-line entry points print ``str(err)`` as one line and exit 2."""
+import argparse
+import sys
 
 
 class UserError(ValueError):
@@ -12,3 +14,24 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A file is not a readable fedlab_analysis checkpoint."""
+
+
+class Diverged(RuntimeError):
+    """Training met a non-finite loss or parameters (``--on-divergence stop``): the command line prints the
+    message as one line and exits with ``EXIT_DIVERGED``."""
+
+    def __init__(self, message: str, round: int):
+        super().__init__(message)
+        self.round = round
+
+
+EXIT_DIVERGED = 3
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse with the project's contract: a bad flag is ONE line ``error: ...`` on stderr and exit 2
+    (argparse's default prints the usage block first). Sub-parsers inherit it."""
+
+    def error(self, message):
+        print(f"error: {' '.join(message.split())} (see --help)", file=sys.stderr)
+        sys.exit(2)

@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from .errors import UserError
+from .config import arg_type
+from .errors import ArgParser, UserError
 
 MODULES = {"hessian": "curvature", "trace": "curvature", "density": "curvature", "landscape": "landscape",
            "consensus": "federated", "sharpness": "federated", "drift": "federated",
@@ -30,7 +31,7 @@ def _table(name):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fedlab_analysis.probe", description=__doc__.split("\n\n")[1])
+    p = ArgParser(prog="python -m fedlab_analysis.probe", description=__doc__.split("\n\n")[1])
     sub = p.add_subparsers(dest="probe", required=True, metavar="PROBE")
     for name in MODULES:
         entry = _table(name)
@@ -38,8 +39,9 @@ def parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         sp.add_argument("ckpt", metavar="CKPT", help="checkpoint file, or a run directory (uses ckpt/last.pt)")
         sp.add_argument("--data", default="train", help="train (union of the clients' data) | test | client:I")
-        sp.add_argument("--samples", type=int, default=None, help="evaluate on N samples drawn with --seed")
-        sp.add_argument("--seed", type=int, default=0, help="seed of every random draw of the probe")
+        sp.add_argument("--samples", type=arg_type(int, lo=1), default=None,
+                        help="evaluate on N samples drawn with --seed")
+        sp.add_argument("--seed", type=arg_type(int, lo=0), default=0, help="seed of every random draw of the probe")
         sp.add_argument("--dtype", choices=("float32", "float64"), default="float32")
         sp.add_argument("--device", default="cpu")
         sp.add_argument("--data-dir", default=None, help="where the real dataset lives, if not where training saw it")
@@ -50,12 +52,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_args(args) -> None:
+    """Before any work: the output paths can be written, the device exists, every number is finite."""
+    import math
+
+    from .device import resolve
+    from .rundir import check_file
+    if args.json not in (None, "-"):
+        check_file(args.json, "--json")
+    if args.plot is not None:
+        check_file(args.plot, "--plot")
+    args.device = str(resolve(args.device))
+    for k, v in vars(args).items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise UserError(f"--{k.replace('_', '-')}: must be a finite number (got {v})")
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     entry = _table(args.probe)
     try:
         if entry is None:
             raise UserError(f"probe {args.probe!r} is not available in this build of fedlab_analysis")
+        check_args(args)
         from . import checkpoint
         from .probes.common import rebuild
         ckpt = checkpoint.load(args.ckpt)

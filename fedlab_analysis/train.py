@@ -2,27 +2,31 @@
 
 Writes DIR/config.json, DIR/metrics.jsonl (one JSON object per evaluated round), DIR/ckpt/round_XXXX.pt
 (every --ckpt-every rounds) and DIR/ckpt/last.pt. ``--config run.yaml`` gives a base config; flags override it.
-``--resume DIR`` continues a run and ends bit-identical (CPU) to an uninterrupted one. Bad input: one line, exit 2.
+``--resume DIR`` continues a run and ends bit-identical (CPU) to an uninterrupted one. Bad input: one line, exit 2;
+divergence (non-finite loss or parameters): one line, exit 3. A second writer on DIR, or a non-empty DIR without
+``--overwrite``, is refused.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 
-from .config import add_arguments, from_args, load_yaml
-from .errors import UserError
+from . import algos, rundir
+from .config import RunConfig, add_arguments, check, fields, from_args, load_yaml, refuse_unused
+from .errors import EXIT_DIVERGED, ArgParser, Diverged, UserError
 
 
 def parser() -> argparse.ArgumentParser:
-    from .trainers import ALGORITHMS
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="python -m fedlab_analysis.train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description=__doc__.split("\n\n")[1],
-        epilog="algorithms: " + ", ".join(ALGORITHMS) + ". Hyper-parameters left unset take the paper's default.")
+        epilog="algorithms: " + ", ".join(algos.NAMES) + ". Hyper-parameters left unset take the paper's default. "
+               f"Exit codes: 0 done, 2 bad input (one line, nothing written), {EXIT_DIVERGED} diverged.")
     p.add_argument("--out", help="run directory (config.json, metrics.jsonl, ckpt/)")
     p.add_argument("--config", help="YAML (or JSON) file of RunConfig fields; flags override it")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from DIR/ckpt/last.pt")
+    p.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
     add_arguments(p)
     return p
 
@@ -30,26 +34,42 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        base = load_yaml(args.config) if args.config else {}
+        yaml = load_yaml(args.config) if args.config else {}
+        flags = [f.name for f in fields(RunConfig) if getattr(args, f.name) is not None]
+        sources = {k: f"--config {args.config}" for k in yaml}
+        base = yaml
         if args.resume:
-            with open(f"{args.resume}/config.json") as fh:
-                base = {**json.load(fh), **base}
+            if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
+                raise UserError(f"--out {args.out}: differs from --resume {args.resume}; a resumed run writes "
+                                f"into its own directory (drop --out)")
+            if args.overwrite:
+                raise UserError("--overwrite: cannot be combined with --resume (it would delete the run)")
+            rundir.check_dir(args.resume, "--resume")
+            if not (Path(args.resume) / "ckpt" / "last.pt").is_file():
+                raise UserError(f"--resume {args.resume}: no checkpoint {args.resume}/ckpt/last.pt; is this a run "
+                                f"directory?")
+            path = Path(args.resume) / "config.json"
+            base = {**check(rundir.read_config(path), str(path)), **yaml}
+            sources = {**{k: str(path) for k in base}, **sources}
             args.out = args.resume
-        cfg = from_args(args, base)
         if args.out is None:
             raise UserError("--out: give a run directory (it receives config.json, metrics.jsonl and ckpt/)")
-        import torch
-
+        rundir.check_dir(args.out)
+        for k in flags:                              # a flag overrides the file: name the flag
+            sources.pop(k, None)
+        cfg = from_args(args, base).validate(sources)
+        refuse_unused(cfg, [*flags, *yaml], sources)  # what the user typed, not a resumed config.json
+        from .device import set_threads
         from .probes.hooks import build
         from .trainers.loop import train
-        torch.set_num_threads(cfg.threads)
-        run = train(cfg, args.out, resume=bool(args.resume), callbacks=build(cfg))
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        set_threads(cfg.threads)
+        run = train(cfg, args.out, resume=bool(args.resume), callbacks=build(cfg), overwrite=args.overwrite)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Diverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
     r = run.last_row or {}
     print(f"{cfg.algo} on {cfg.dataset}: round {run.t}, test_acc {r.get('test_acc', float('nan')):.4f}, "
           f"test_loss {r.get('test_loss', float('nan')):.4f} -> {args.out}")

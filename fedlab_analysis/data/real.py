@@ -16,6 +16,7 @@ import io
 import pickle
 import struct
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def _locate(name, data_dir):
     found = {d: [f for f in src.files if _exists(d / f)] for d in dirs}
     for d in dirs:
         if len(found[d]) == len(src.files):
-            return lambda f, d=d: _open(d / f)
+            return lambda f, d=d: _open(name, d / f)
     if src.archive and (root / src.archive).is_file():
         return _tar_opener(name, root / src.archive, src, hint)
     best = max(dirs, key=lambda d: len(found[d]))
@@ -96,12 +97,15 @@ def _corrupt(name, what):
     return DataError(f"{name}: {what}; re-download it from {SOURCES[name].url} (nothing is downloaded)")
 
 
-def _open(path: Path):
+def _open(name, path: Path):
     if not path.is_file():
         path = path.with_name(path.name + ".gz")
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return io.BytesIO(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        return io.BytesIO(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    except (OSError, EOFError, zlib.error) as e:      # gzip.BadGzipFile is an OSError
+        raise _corrupt(name, f"{path} is unreadable or a damaged gzip file ({type(e).__name__}: {e})") from None
 
 
 def _tar_opener(name, archive, src, hint):
@@ -159,7 +163,12 @@ def _read_idx(name, opener, f, ndim):
     if magic != 0x800 + ndim:
         raise _corrupt(name, f"{f} is not an IDX file of {ndim}-D unsigned bytes (magic {magic}, "
                              f"expected {0x800 + ndim})")
+    if len(data) < 4 + 4 * ndim:
+        raise _corrupt(name, f"{f} has a short header ({len(data)} bytes; an IDX file of {ndim}-D data needs "
+                             f"{4 + 4 * ndim})")
     shape = struct.unpack(f">{ndim}i", data[4:4 + 4 * ndim])
+    if min(shape) < 0:
+        raise _corrupt(name, f"{f} declares a negative size {shape}")
     arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if arr.size != np.prod(shape):
         raise _corrupt(name, f"{f} is truncated ({arr.size} bytes of data for shape {shape})")
@@ -180,9 +189,12 @@ def _svhn(name, data_dir):
     for f in SOURCES[name].files:
         try:
             d = scipy.io.loadmat(opener(f))
-            x, y = d["X"], d["y"].reshape(-1).astype(np.int64)
-        except (ValueError, KeyError, TypeError, OSError) as e:
-            raise _corrupt(name, f"{f} is not an SVHN .mat file ({e})") from None
+            x, y = d["X"], np.asarray(d["y"]).reshape(-1).astype(np.int64)
+        except (ValueError, KeyError, TypeError, OSError, scipy.io.matlab.MatReadError) as e:
+            raise _corrupt(name, f"{f} is not an SVHN .mat file ({type(e).__name__}: {e})") from None
+        if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.dtype != np.uint8 or len(y) != x.shape[-1]:
+            raise _corrupt(name, f"{f} holds X {list(x.shape)} {x.dtype} and {len(y)} labels, expected "
+                                 f"[32, 32, 3, n] uint8 and n labels")
         y[y == 10] = 0  # SVHN labels the digit 0 as 10
         arrays += [np.transpose(x, (3, 2, 0, 1)), y]  # [32, 32, 3, N] -> [N, 3, 32, 32]
     return _dataset(name, *arrays, 10, augmentable=True)

@@ -6,7 +6,6 @@ Each verdict is computed from the measurement (theory/claims.py). Exit 0 on succ
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 import time
@@ -14,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UserError
+from ..config import arg_type
+from ..errors import ArgParser, UserError
+from ..rundir import check_dir
 from .claims import VERDICTS, to_markdown, write_report
 
 PAPERS = ("fedsmoo", "fedlesam", "fedcm", "fedals", "fedinit")
@@ -34,18 +35,16 @@ def load(paper: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fedlab_analysis.theory", description=__doc__.splitlines()[2])
+    ap = ArgParser(prog="python -m fedlab_analysis.theory", description=__doc__.splitlines()[2])
     ap.add_argument("paper", help=f"one of {', '.join(PAPERS)}, all")
     ap.add_argument("--quick", action="store_true", help="smaller toys (classroom: all papers in < 2 min)")
     ap.add_argument("--out", type=Path, default=None, help="report folder (default out/theory/PAPER)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=arg_type(int, lo=0), default=0)
     args = ap.parse_args(argv)
     try:
         if args.paper not in PAPERS + ("all",):
             raise UserError(f"unknown paper {args.paper!r}: choose one of {', '.join(PAPERS)}, all")
-        out = args.out or Path("out/theory") / args.paper
-        if out.exists() and not out.is_dir():
-            raise UserError(f"--out {out} is a file: give a folder for report.md, report.json, figures")
+        out = check_dir(args.out or Path("out/theory") / args.paper)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -16,12 +16,14 @@
     fedlesam(-s,-d)  LESAM          - / Scaffold / Dyn        Fan et al. 2024, Algs. 1, 3, 4
     fedals(-scaffold) plain         ALS(+ control variates)   Gholami & Seferoglu, Algs. 1, 4
     fedinit          plain          RelaxedInit               Sun, Shen, Tao, Alg. 1
-``--ri`` appends RelaxedInit to any of them. Adding an algorithm = one line in SPECS (and a part if new).
+``--ri`` appends RelaxedInit to any of them. Adding an algorithm = one line in SPECS (and a part if new) and
+one line in ``fedlab_analysis/algos.py`` declaring the hyper-parameters it reads (validation reads those).
 """
 from __future__ import annotations
 
 import torch
 
+from .. import algos
 from ..errors import UserError
 from .parts import (SAM, SMOO, Dyn, LESAM, Momentum, Part, Plain, Prox, RelaxedInit, Scaffold,
                     ServerAdam, ServerMomentum)
@@ -105,7 +107,10 @@ class ALS(Part):
         self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
 
     def init(self, run):
-        L = run.cfg.phi_layers if run.cfg.phi_layers is not None else run.space.n_blocks - 1
+        n = run.space.n_blocks
+        L = run.cfg.phi_layers if run.cfg.phi_layers is not None else n - 1
+        if run.cfg.phi_layers is not None and not 1 <= L <= n - 1:   # phi and h each need a layer
+            raise UserError(f"--phi-layers: must be in 1..{n - 1}, as {run.cfg.model} has {n} layers (got {L})")
         run.space = run.space.with_phi_layers(L)
         self.phi, self.h = run.space.mask("group:phi", run.device), ~run.space.mask("group:phi", run.device)
         if self.scaffold:
@@ -198,3 +203,4 @@ def build(name: str):
 
 
 ALGORITHMS = {name: build(name) for name in [*SPECS, "fedals", "fedals-scaffold"]}
+assert set(ALGORITHMS) == set(algos.NAMES), "algos.USES declares the parameters of exactly these algorithms"

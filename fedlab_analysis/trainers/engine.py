@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from ..checkpoint import load_weights
 from ..config import RunConfig
 from ..data import Dataset, augment, load_dataset, partition
+from ..device import resolve
 from ..errors import UserError
 from ..models import build_model, model_spec
 from ..params import ParamSpace
@@ -71,7 +72,7 @@ class Run:
         from . import ALGORITHMS
         self.cfg = cfg = with_dataset(cfg, dataset).validate()
         self.algo = algo or ALGORITHMS[cfg.algo](cfg)
-        self.dtype, self.device = DTYPES[cfg.dtype], torch.device(cfg.device)
+        self.dtype, self.device = DTYPES[cfg.dtype], resolve(cfg.device)
         # ---- data, resident on the device -------------------------------------------------------
         self.ds = dataset or load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)
         self.part = self._partition()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from .. import checkpoint
+from .. import checkpoint, rundir
 from ..config import RunConfig
-from ..errors import UserError
+from ..errors import CheckpointError, Diverged, UserError
 from .engine import Run, with_dataset
 
 
@@ -36,6 +37,13 @@ def to_checkpoint(run: Run, row: dict | None) -> dict:
 
 
 def restore(run: Run, ck: dict) -> None:
+    """Put a (checked) checkpoint's state into ``run``; state that does not fit this run is one CheckpointError."""
+    want = {k: tuple(v.shape) for k, v in run.state.items()}
+    got = {k: tuple(v.shape) for k, v in ck["algo_state"].items()}
+    rows = ck["clients"]["models"].shape[0] if ck.get("clients") else run.m
+    if got != want or rows != run.m:
+        raise CheckpointError(f"--resume: the checkpoint's algorithm state ({', '.join(got) or 'none'}; {rows} "
+                              f"clients) does not fit a {run.cfg.algo} run with {run.m} clients; it is damaged")
     dev = dict(device=run.device, dtype=run.dtype)
     run.w = run.space.flatten(ck["global"]).to(**dev)
     if run.bspace.P:
@@ -49,7 +57,17 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads"}
+_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads", "on_divergence"}
+
+
+def _diverged(run: Run, row: dict | None) -> str | None:
+    """What became non-finite this round (parameters, or the evaluated loss), or None."""
+    if not torch.isfinite(run.w).all():
+        return "the global parameters are not finite"
+    for k in ("train_loss", "test_loss"):
+        if row is not None and row.get("round") == run.t and not math.isfinite(row.get(k, 0.0)):
+            return f"{k} is {row[k]}"
+    return None
 
 
 def _check_same(old: RunConfig, cfg: RunConfig, what: str, free=_RESUME_FREE) -> None:
@@ -60,13 +78,16 @@ def _check_same(old: RunConfig, cfg: RunConfig, what: str, free=_RESUME_FREE) ->
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
-          dataset=None, init: dict | None = None, run: Run | None = None) -> Run:
+          dataset=None, init: dict | None = None, run: Run | None = None, overwrite: bool = False) -> Run:
     """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt.
     ``dataset``: a Dataset (e.g. ``Dataset.from_tensors``) instead of ``cfg.dataset``; ``init``: start weights
     as a state dict (name -> tensor) instead of the seeded initialisation (``cfg.init`` is its file form).
     ``run``: continue this Run (from an earlier ``train``) in memory up to ``cfg.rounds``, exactly as one longer
-    run would; only what ``--resume`` lets change may differ. ``run.advance(k)`` is the short form."""
-    out = Path(out) if out is not None else None
+    run would; only what ``--resume`` lets change may differ. ``run.advance(k)`` is the short form.
+    ``out`` is locked while this runs; a non-empty ``out`` is refused unless resumed, continued or ``overwrite``
+    (which clears it). Non-finite parameters or loss raise ``Diverged`` at that round (``cfg.on_divergence ==
+    'stop'``) after marking it in metrics.jsonl; last.pt keeps the last finite checkpoint."""
+    out = rundir.check_dir(out) if out is not None else None
     prior = None
     if run is not None:
         if resume or dataset is not None or init is not None:
@@ -79,18 +100,31 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         if out is None or not (out / "ckpt" / "last.pt").exists():
             raise UserError(f"--resume: no checkpoint at {out}/ckpt/last.pt; start a new run with --out")
         prior = checkpoint.load(out / "ckpt" / "last.pt")
-        _check_same(RunConfig.from_dict(prior["config"]), cfg, "--resume")
+        _check_same(RunConfig.from_dict(prior["config"], f"{out}/ckpt/last.pt: config"), cfg, "--resume")
+        if cfg.rounds < prior["round"]:
+            raise UserError(f"--rounds: {cfg.rounds} is fewer than the {prior['round']} rounds {out} has done; "
+                            f"give --rounds {prior['round']} or more")
     if run is None:
         run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
     run.callbacks.extend(cb for cb in callbacks if cb not in run.callbacks)
     if prior is not None:
         restore(run, prior)
+    continued = resume or run.t > 0                  # --resume, or a run object continued in memory
+    kept = [r for r in rundir.read_metrics(out / "metrics.jsonl") if r["round"] <= run.t] \
+        if continued and out is not None and (out / "metrics.jsonl").exists() else []
+    lock = rundir.prepare(out, continued, overwrite) if out is not None else None
+    try:
+        return _loop(run, cfg, out, prior, kept)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: list) -> Run:
     if out is not None:
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
-        mpath = out / "metrics.jsonl"
-        rows = [json.loads(s) for s in mpath.read_text().splitlines()] if run.t and mpath.exists() else []
-        mpath.write_text("".join(json.dumps(r) + "\n" for r in rows if r["round"] <= run.t))
+        rundir.write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=1) + "\n")
+        rundir.write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
     run.out = out
     show = not cfg.quiet and sys.stderr.isatty()
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
@@ -99,6 +133,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     hooks = list(run.callbacks)                      # with a continued run, the hooks of earlier calls too
     consumed = [len(getattr(cb, "rows", None) or []) for cb in hooks]   # rows of earlier calls are written
     saved = None                                     # the checkpoint of the latest round, if one was saved
+    marked = False                                   # a divergence already marked (--on-divergence continue)
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
@@ -111,9 +146,23 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or probed:
             row = {**run.metrics(seconds, ctx), **({"probes": probed} if probed else {})}
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
-            if out is not None:
-                with open(out / "metrics.jsonl", "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+        why = None if marked else _diverged(run, row)
+        if why is not None:
+            marked = True
+            row = {**(row if row is not None and row.get("round") == run.t else
+                      {"round": run.t, "lr": ctx.lr, "n_active": ctx.n, "seconds": seconds}), "diverged": why}
+        if out is not None and row is not None and row.get("round") == run.t:
+            with open(out / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        if why is not None and cfg.on_divergence == "stop":
+            bar.close()
+            run.last_row = row
+            where = saved_round(out) if out is not None else "nothing was saved"
+            raise Diverged(f"training diverged at round {run.t}: {why} ({where}); lower --lr, add --clip, or pass "
+                           f"--on-divergence continue", run.t)
+        if why is not None:
+            print(f"warning: training diverged at round {run.t}: {why}; going on (--on-divergence continue)",
+                  file=sys.stderr)
         saved = None                                 # last.pt follows every checkpoint, so --resume works
         if out is not None and cfg.ckpt_every and run.t % cfg.ckpt_every == 0:   # after an interruption too
             saved = checkpoint.save(to_checkpoint(run, row), out / "ckpt" / f"round_{run.t:04d}.pt")
@@ -124,3 +173,11 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         checkpoint.save(to_checkpoint(run, row), out / "ckpt" / "last.pt")
     run.last_row = row
     return run
+
+
+def saved_round(out: Path) -> str:
+    """Where the last finite state is: the round last.pt holds, or that none was saved."""
+    try:
+        return f"{out}/ckpt/last.pt keeps round {checkpoint.load(out / 'ckpt' / 'last.pt')['round']}"
+    except CheckpointError:
+        return "no checkpoint was saved before it; --ckpt-every 1 keeps one every round"
