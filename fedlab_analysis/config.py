@@ -31,9 +31,10 @@ class RunConfig:
     data_dir: str | None = _f(None, "directory holding the official files of a real dataset (never downloaded)")
     seed: int = _f(0, "seed of every random draw (partition, sampling, minibatches, init)")
     dtype: str = _f("float32", "float32 | float64 (float64 for exact checks)")
-    device: str = _f("cpu", "cpu | cuda | cuda:N")
-    vmap: str = _f("auto", "lock-step gradients by torch.vmap over stacked clients: auto (on CUDA for models "
-                   "without BatchNorm) | on | off (a loop over clients; fastest on CPU)")
+    device: str = _f("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
+    client_parallel: str = _f("auto", "local steps of the active clients: vmap (all clients at once by torch.func."
+                              "vmap) | loop (one client after the other) | auto (vmap unless the model has BatchNorm "
+                              "running statistics); config.json records the choice made")
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)")
     # ---- federation --------------------------------------------------------------------------------
@@ -151,7 +152,8 @@ class RunConfig:
             bad("local_epochs", f"must be > 0 (got {self.local_epochs})")
         if self.hp("server_lr") <= 0:
             bad("server_lr", f"must be > 0 (got {self.server_lr})")
-        choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"), "vmap": ("auto", "on", "off"),
+        choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"),
+                   "client_parallel": ("auto", "loop", "vmap"),
                    "ri_agg": ("final_avg", "delta_from_init"),
                    "lesam_source": ("client_old", "last_global_update", "released_code"),
                    "lesam_s_scale": ("paper", "code"),
@@ -171,8 +173,8 @@ class RunConfig:
                 bad("alpha", f"FedALS's alpha must be an integer >= 1 (got {self.hp('alpha')})")
             if self.hp("tau") <= 0:
                 bad("tau", f"must be > 0 (got {self.hp('tau')})")
-        if not self.device.startswith(("cpu", "cuda")):
-            bad("device", f"unknown {self.device!r}; use cpu or cuda[:N]")
+        if not self.device.startswith(("auto", "cpu", "cuda")):
+            bad("device", f"unknown {self.device!r}; use auto, cpu or cuda[:N]")
         return self
 
 

@@ -13,6 +13,7 @@ All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -21,7 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from ..config import RunConfig
-from ..data import Dataset, augment, load_dataset, partition
+from ..data import Dataset, load_dataset, partition
+from ..data.augment import aug_apply, aug_draw
+from ..device import resolve
 from ..errors import UserError
 from ..models import build_model, model_spec
 from ..params import ParamSpace
@@ -41,10 +44,17 @@ class RoundCtx:
     w: torch.Tensor                   # global model at the start of the round [P]
     K: torch.Tensor                   # local steps per active client, long [n]
     batches: list[list[torch.Tensor]]  # batches[j][k] = data indices of client S[j] at step k
-    aug_gens: list | None = None
+    aug: torch.Tensor | None = None   # augmentation draws [n, max K_i, 3, max B] (data.augment.aug_draw)
     x0: torch.Tensor | None = None    # local start points [n, P]
     k: int = 0                        # current local step
     active: torch.Tensor | None = None  # bool [n]: clients still stepping at step k
+    all_on: bool = True               # every client steps at step k (k < min K_i): no masks needed
+    rows: torch.Tensor | None = None  # the active rows when not all_on
+    K_dev: torch.Tensor | None = None  # K on the run's device
+    Kmin: int = 0
+    I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
+    W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
+    padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
     extra: dict = field(default_factory=dict)   # per-round constants of the algorithm
 
     @property
@@ -59,7 +69,7 @@ class Run:
         from . import ALGORITHMS
         self.cfg = cfg.validate()
         self.algo = algo or ALGORITHMS[cfg.algo](cfg)
-        self.dtype, self.device = DTYPES[cfg.dtype], torch.device(cfg.device)
+        self.dtype, self.device = DTYPES[cfg.dtype], resolve(cfg.device)
         # ---- data, resident on the device -------------------------------------------------------
         self.ds = dataset or load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)
         self.part = self._partition()
@@ -94,10 +104,13 @@ class Run:
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
         self.callbacks: list = []
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
-        self.use_vmap = cfg.vmap == "on" or (cfg.vmap == "auto" and self.device.type == "cuda" and not self.bspace.P)
-        if self.use_vmap and self.bspace.P:
-            raise UserError("--vmap on: this model has BatchNorm buffers; vmap over clients needs a model without "
-                            "them (use --vmap off, or a GroupNorm model)")
+        self.parallel = cfg.client_parallel
+        if self.parallel == "auto":
+            self.parallel = "loop" if self.bspace.P else "vmap"
+        if self.parallel == "vmap" and self.bspace.P:
+            raise UserError("--client-parallel vmap: this model has BatchNorm running statistics; vmap over clients "
+                            "needs a model without them (use --client-parallel loop, or a GroupNorm model)")
+        self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
         self.last_local = self.w.expand(self.m, -1).clone() if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
@@ -168,48 +181,115 @@ class Run:
         S = self.sample_clients(t)
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
-        gens = [generator(self.cfg.seed, t, int(i), "augment", self.device) for i in S] \
-            if self.cfg.augment and self.ds.augmentable else None
-        return RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches, gens)
+        ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
+        ctx.K_dev, ctx.Kmin = K.to(self.device), int(K.min())
+        self._pad(ctx)
+        if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
+            ctx.aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long, device=self.device)
+            for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
+                g = generator(self.cfg.seed, t, i, "augment", self.device)
+                for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
+                    ctx.aug[j, k, :, :a.shape[1]] = a
+        return ctx
+
+    def _pad(self, ctx: RoundCtx) -> None:
+        """The round's minibatch indices as one padded table I [n, max K_i, max B] (row j, step k: client
+        S[j]'s batch, padded with its first index) and, where batches are unequal, mean-loss weights W
+        (1/|b| on real samples, 0 on padding) so a padded batch has the same mean loss as the real one."""
+        n, Kmax = ctx.n, int(ctx.K.max())
+        sizes = [[len(b) for b in bs] for bs in ctx.batches]
+        B = max(max(s) for s in sizes)
+        I = torch.empty(n, Kmax, B, dtype=torch.long, device=self.device)
+        full = all(len(s) == Kmax and min(s) == B for s in sizes)
+        for j, bs in enumerate(ctx.batches):
+            if len(bs) == Kmax and min(sizes[j]) == B:
+                I[j] = torch.stack(bs)
+                continue
+            I[j] = bs[0][0]
+            for k, b in enumerate(bs):
+                I[j, k, :len(b)] = b
+        ctx.I, ctx.W, ctx.padded = I, None, []
+        if not full:
+            nb = torch.zeros(n, Kmax, dtype=self.dtype)
+            for j, s in enumerate(sizes):
+                nb[j, :len(s)] = torch.tensor(s, dtype=self.dtype)
+            valid = torch.arange(B, dtype=self.dtype) < nb[..., None]
+            ctx.W = (valid / nb.clamp(min=1)[..., None]).to(self.device)
+            ctx.padded = [any(len(s) > k and s[k] < B for s in sizes) for k in range(Kmax)]
+
+    def set_step(self, ctx: RoundCtx, k: int) -> None:
+        """Step k's active clients: every one while k < min K_i (no masks), else those with K_i > k."""
+        ctx.k, ctx.all_on = k, k < ctx.Kmin
+        ctx.active = ctx.K_dev > k
+        ctx.rows = None if ctx.all_on else ctx.active.nonzero().flatten()
 
     # ---- the model as a function --------------------------------------------------------------------
     def forward(self, theta: torch.Tensor, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
-        tensors = self.space.unflatten(theta)
+        return self._call(self.space.unflatten(theta), x, buf)
+
+    def _call(self, tensors: dict, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
         if self.bspace.P:
-            tensors.update(self.bspace.unflatten(self.buf if buf is None else buf))
-            tensors.update(self._int_bufs)
+            tensors = {**tensors, **self.bspace.unflatten(self.buf if buf is None else buf), **self._int_bufs}
         return torch.func.functional_call(self.model, tensors, (x,))
 
     def batch(self, ctx: RoundCtx, j: int, k: int):
+        """Client S[j]'s minibatch at step k (its real samples, augmented with the round's draws)."""
         ix = ctx.batches[j][k]
         xb = self.X[ix]
-        if ctx.aug_gens is not None:
-            xb = augment(xb, ctx.aug_gens[j])
+        if ctx.aug is not None:
+            xb = aug_apply(xb, ctx.aug[j, k, :, :len(ix)])
         return xb, self.Y[ix]
+
+    def step_data(self, ctx: RoundCtx, k: int):
+        """Step k's minibatches of the active clients, once (SAM's two passes share them): a list of (x, y) per
+        active client (loop), or stacked [n_act, B, ...] tensors with mean-loss weights or None (vmap)."""
+        rows = range(ctx.n) if ctx.all_on else ctx.rows.tolist()
+        if self.parallel == "loop":
+            return [self.batch(ctx, j, k) for j in rows]
+        I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
+        xb = self.X[I]
+        if ctx.aug is not None:
+            A = ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]                  # [n_act, 3, B]
+            xb = aug_apply(xb.flatten(0, 1), A.transpose(0, 1).flatten(1)).view(xb.shape)
+        W = None
+        if ctx.W is not None and ctx.padded[k]:
+            W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
+        return xb, self.Y[I], W
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
         """Minibatch loss gradients of the active clients at their points x [n, P] (rows of inactive clients
-        are zero). ``data`` reuses the minibatches of an earlier call in the same step (SAM's second pass)."""
-        g = torch.zeros_like(x)
+        are zero). ``data`` reuses the minibatches of an earlier call in the same step (SAM's second pass).
+        The gradient is taken with respect to per-parameter leaves (views of x), and concatenated once."""
+        data = self.step_data(ctx, k) if data is None else data
         self.model.train()
-        js = ctx.active.nonzero().flatten().tolist()
-        if self.use_vmap and len(js) > 1:
-            batches = [data[j] if data is not None else self.batch(ctx, j, k) for j in js]
-            if len({len(b[1]) for b in batches}) == 1:          # equal batch sizes: one vmapped call
-                loss = lambda th, xb, yb: self.loss(self.forward(th, xb), yb)  # noqa: E731
-                xb, yb = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
-                g[js] = torch.func.vmap(torch.func.grad(loss))(x[js].detach(), xb, yb)
-                self.n_grads += len(js)
-                return g
-            data = dict(zip(js, batches))                      # unequal sizes this step: fall back to the loop
-        for j in js:
-            xb, yb = data[j] if data is not None else self.batch(ctx, j, k)
-            theta = x[j].detach().requires_grad_(True)
+        out = torch.empty_like(x) if ctx.all_on else torch.zeros_like(x)
+        rows = None if ctx.all_on else ctx.rows
+        xa = x.detach() if rows is None else x.detach()[rows]
+        if self.parallel == "vmap":
+            g = self._vgrad(self.space.unflatten(xa), *data)
+            flat = torch.cat([v.flatten(1) for v in g.values()], 1)
+            if rows is None:
+                out.copy_(flat)
+            else:
+                out[rows] = flat
+            self.n_grads += len(xa)
+            return out
+        for r, (xb, yb) in enumerate(data):
+            j = r if rows is None else int(rows[r])
+            leaves = {n: v.requires_grad_() for n, v in self.space.unflatten(xa[r]).items()}
             buf = ctx.extra["buf"][j] if self.bspace.P else None
-            loss = self.loss(self.forward(theta, xb, buf), yb)
-            g[j] = torch.autograd.grad(loss, theta)[0]
+            loss = self.loss(self._call(leaves, xb, buf), yb)
+            torch.cat([v.flatten() for v in torch.autograd.grad(loss, list(leaves.values()))], out=out[j])
             self.n_grads += 1
-        return g
+        return out
+
+    def _vgrad(self, params, xb, yb, W):
+        """Per-client gradients of all active clients in one vmapped call."""
+        if W is None:
+            f = lambda p, xb, yb: self.loss(self._call(p, xb), yb)                     # noqa: E731
+            return torch.func.vmap(torch.func.grad(f))(params, xb, yb)
+        f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
+        return torch.func.vmap(torch.func.grad(f))(params, xb, yb, W)
 
     # ---- one round --------------------------------------------------------------------------------
     def round(self) -> RoundCtx:
@@ -221,14 +301,17 @@ class Run:
         ctx.x0 = x.clone()
         algo.round_start(self, ctx)
         for k in range(int(ctx.K.max())):
-            ctx.k, ctx.active = k, ctx.K > k
+            self.set_step(ctx, k)
             g = algo.gradient(self, ctx, x, k)
             d, post = algo.direction(self, ctx, x, g)
             if cfg.clip > 0:
                 norm = d.norm(dim=1, keepdim=True)
                 d = d * torch.clamp(cfg.clip / (norm + 1e-6), max=1.0)
-            d = d + post
-            x = torch.where(ctx.active[:, None].to(x.device), x - ctx.lr * d, x)
+            step = (d + post).mul_(ctx.lr) if post is not None else d * ctx.lr
+            if ctx.all_on:                              # x <- x - eta d, in place; masks only past min K_i
+                x.sub_(step)
+            else:
+                x[ctx.rows] = x[ctx.rows] - step[ctx.rows]
             algo.after_step(self, ctx, x)
             for cb in self.callbacks:
                 cb("step", self, ctx, x)

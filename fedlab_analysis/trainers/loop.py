@@ -49,7 +49,7 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads"}
+_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads", "client_parallel"}
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
@@ -72,7 +72,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         restore(run, prior)
     if out is not None:
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+        (out / "config.json").write_text(json.dumps(run.cfg.to_dict(), indent=1) + "\n")   # choices resolved
         mpath = out / "metrics.jsonl"
         rows = [json.loads(s) for s in mpath.read_text().splitlines()] if resume and mpath.exists() else []
         mpath.write_text("".join(json.dumps(r) + "\n" for r in rows if r["round"] <= run.t))

@@ -56,7 +56,7 @@ class SAM(Plain):
         return self.rho * _normalize(g0)
 
     def gradient(self, run, ctx, x, k):
-        data = {j: run.batch(ctx, j, k) for j in ctx.active.nonzero().flatten().tolist()}
+        data = run.step_data(ctx, k)
         g0 = run.grads(ctx, x, k, data)
         delta = self.ascent(run, ctx, g0, x)
         ctx.extra["delta"] = delta                    # this step's perturbation, for drift probes
@@ -74,18 +74,26 @@ class SMOO(SAM):
         run.state["s"] = run.zeros()
 
     def round_start(self, run, ctx):
+        ctx.extra["mu"] = run.state["mu"][ctx.S]        # the active rows, gathered once; written back at client_end
         ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
 
     def ascent(self, run, ctx, g0, x):
-        S, act = ctx.S, ctx.active[:, None].to(run.device)
-        mu, s = run.state["mu"][S], run.state["s"]
+        mu, s = ctx.extra["mu"], run.state["s"]
         s_hat = self.rho * _normalize(g0 - mu - s)
-        run.state["mu"][S] = torch.where(act, mu + s_hat - s, mu)
-        ctx.extra["s_hat"] = torch.where(act, s_hat, ctx.extra["s_hat"])
+        if ctx.all_on:                                  # every client steps: update in place, no masks
+            mu.add_(s_hat).sub_(s)
+            ctx.extra["s_hat"] = s_hat
+        else:
+            r = ctx.rows
+            mu[r] = mu[r] + s_hat[r] - s
+            ctx.extra["s_hat"][r] = s_hat[r]
         return s_hat
 
+    def client_end(self, run, ctx, x):
+        run.state["mu"][ctx.S] = ctx.extra["mu"]
+
     def server_end(self, run, ctx, x, w_new):
-        mu = run.state["mu"][ctx.S]
+        mu = ctx.extra["mu"]
         v = mu if run.cfg.smoo_server == "code" else mu - ctx.extra["s_hat"]
         run.state["s"] = self.rho * _normalize(v.mean(0))
 
