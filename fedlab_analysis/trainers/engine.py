@@ -5,8 +5,8 @@ A round, top to bottom:
     x        = algo.start(run, ctx)                    [n_active, P]: w, RI's w + beta (w - w_i^last), FedALS'
     for k in range(max K_i):                           lock-step: all active clients advance step k together
         g    = algo.gradient(run, ctx, x, k)            plain, SAM, FedSMOO's corrected ascent, FedLESAM's estimate
-        d    = algo.direction(run, ctx, x, g)           + prox / SCAFFOLD / FedDyn terms, FedCM mixing
-        x   -= lr * (clip(d) + post-clip terms)         clients past their own K_i are masked out
+        d, c = algo.direction(run, ctx, x, g)           + prox / SCAFFOLD / FedDyn terms, FedCM mixing; c: decay
+        x   -= lr * (clip(d) + c x)                     in place; clients past their own K_i stay put
         algo.after_step(...); callbacks('step', ...)    FedALS synchronisation; probes watching local steps
     algo.client_end -> w = algo.aggregate -> algo.server_end; callbacks('round', ...)
 All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
@@ -267,11 +267,10 @@ class Run:
         xa = x.detach() if rows is None else x.detach()[rows]
         if self.parallel == "vmap":
             g = self._vgrad(self.space.unflatten(xa), *data)
-            flat = torch.cat([v.flatten(1) for v in g.values()], 1)
             if rows is None:
-                out.copy_(flat)
+                torch.cat([v.flatten(1) for v in g.values()], 1, out=out)
             else:
-                out[rows] = flat
+                out[rows] = torch.cat([v.flatten(1) for v in g.values()], 1)
             self.n_grads += len(xa)
             return out
         for r, (xb, yb) in enumerate(data):
@@ -291,6 +290,21 @@ class Run:
         f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
         return torch.func.vmap(torch.func.grad(f))(params, xb, yb, W)
 
+    def step(self, ctx: RoundCtx, x: torch.Tensor, d: torch.Tensor, decay: float) -> None:
+        """x <- x (1 - eta c) - eta clip(d) in place (two passes over the active rows); clients past their own
+        K_i stay put. clip(d) = d min(1, C / (||d|| + 1e-6)) row-wise."""
+        keep, s = 1.0 - ctx.lr * decay, -ctx.lr
+        if not ctx.all_on:
+            d = d[ctx.rows]
+        if self.cfg.clip > 0:
+            s = torch.clamp(self.cfg.clip / (d.norm(dim=1, keepdim=True) + 1e-6), max=1.0).mul_(-ctx.lr)
+        xa = x if ctx.all_on else x[ctx.rows]
+        if keep != 1.0:
+            xa.mul_(keep)
+        xa.addcmul_(d, s) if torch.is_tensor(s) else xa.add_(d, alpha=s)
+        if not ctx.all_on:
+            x[ctx.rows] = xa
+
     # ---- one round --------------------------------------------------------------------------------
     def round(self) -> RoundCtx:
         cfg, algo = self.cfg, self.algo
@@ -303,15 +317,8 @@ class Run:
         for k in range(int(ctx.K.max())):
             self.set_step(ctx, k)
             g = algo.gradient(self, ctx, x, k)
-            d, post = algo.direction(self, ctx, x, g)
-            if cfg.clip > 0:
-                norm = d.norm(dim=1, keepdim=True)
-                d = d * torch.clamp(cfg.clip / (norm + 1e-6), max=1.0)
-            step = (d + post).mul_(ctx.lr) if post is not None else d * ctx.lr
-            if ctx.all_on:                              # x <- x - eta d, in place; masks only past min K_i
-                x.sub_(step)
-            else:
-                x[ctx.rows] = x[ctx.rows] - step[ctx.rows]
+            d, decay = algo.direction(self, ctx, x, g)
+            self.step(ctx, x, d, decay)
             algo.after_step(self, ctx, x)
             for cb in self.callbacks:
                 cb("step", self, ctx, x)

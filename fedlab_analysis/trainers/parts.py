@@ -15,6 +15,11 @@ def _normalize(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
     return v / (v.norm(dim=-1, keepdim=True) + eps)
 
 
+def _normalize_(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
+    """``_normalize`` in place (the same arithmetic, no new [n, P] tensor)."""
+    return v.div_(v.norm(dim=-1, keepdim=True) + eps)
+
+
 class Part:
     """No-op hooks; a part overrides the ones it needs."""
     comm = (0, 0, 0)          # extra (down, up, stored-per-client) model-sized vectors
@@ -23,7 +28,7 @@ class Part:
     def init(self, run): ...
     def start(self, run, ctx, x): return x
     def round_start(self, run, ctx): ...
-    def direction(self, run, ctx, x, d, post): return d, post
+    def direction(self, run, ctx, x, d, decay): return d, decay   # see Algorithm.direction
     def after_step(self, run, ctx, x): ...
     def client_end(self, run, ctx, x): ...
     aggregate = None          # a part that decides the new global model defines aggregate(run, ctx, x) -> w
@@ -53,7 +58,7 @@ class SAM(Plain):
         self.rho = rho
 
     def ascent(self, run, ctx, g0, x):
-        return self.rho * _normalize(g0)
+        return _normalize_(g0).mul_(self.rho)          # g0 is this step's own tensor
 
     def gradient(self, run, ctx, x, k):
         data = run.step_data(ctx, k)
@@ -79,7 +84,7 @@ class SMOO(SAM):
 
     def ascent(self, run, ctx, g0, x):
         mu, s = ctx.extra["mu"], run.state["s"]
-        s_hat = self.rho * _normalize(g0 - mu - s)
+        s_hat = _normalize_(g0.sub_(mu).sub_(s)).mul_(self.rho)     # r a / ||a||, a = g - mu_i - s (in place)
         if ctx.all_on:                                  # every client steps: update in place, no masks
             mu.add_(s_hat).sub_(s)
             ctx.extra["s_hat"] = s_hat
@@ -155,8 +160,11 @@ class Prox(Part):
     def __init__(self, mu):
         self.mu = mu
 
-    def direction(self, run, ctx, x, d, post):
-        return d - self.mu * ctx.w, post + self.mu * x
+    def round_start(self, run, ctx):
+        ctx.extra["prox_w"] = self.mu * ctx.w
+
+    def direction(self, run, ctx, x, d, decay):
+        return d.sub_(ctx.extra["prox_w"]), decay + self.mu
 
 
 class Scaffold(Part):
@@ -175,8 +183,8 @@ class Scaffold(Part):
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
         ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - run.state["c_i"][ctx.S])
 
-    def direction(self, run, ctx, x, d, post):
-        return d + ctx.extra["scaffold_corr"], post
+    def direction(self, run, ctx, x, d, decay):
+        return d.add_(ctx.extra["scaffold_corr"]), decay
 
     def client_end(self, run, ctx, x):
         c_i = run.state["c_i"][ctx.S]
@@ -205,8 +213,8 @@ class Dyn(Part):
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
         ctx.extra["dyn_corr"] = self.lamb * (run.state["h"][ctx.S] - ctx.w)
 
-    def direction(self, run, ctx, x, d, post):
-        return d + ctx.extra["dyn_corr"], post + self.lamb * x
+    def direction(self, run, ctx, x, d, decay):
+        return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
 
     def client_end(self, run, ctx, x):
         run.state["h"][ctx.S] += ctx.delta
@@ -228,11 +236,13 @@ class Momentum(Part):
     def init(self, run):
         run.state["D"] = run.zeros()
 
-    def direction(self, run, ctx, x, d, post):
+    def round_start(self, run, ctx):
+        ctx.extra["cm_D"] = (1 - self.alpha) * run.state["D"]       # constant within the round
+
+    def direction(self, run, ctx, x, d, decay):
         if self.wd_inside:                    # move the weight-decay term from post-clip into alpha * g (exactly)
-            wd_x = ctx.extra["wd_x"]
-            d, post = d + wd_x, post - wd_x
-        return self.alpha * d + (1 - self.alpha) * run.state["D"], post
+            d, decay = d.add_(run.cfg.wd * x), decay - run.cfg.wd
+        return d.mul_(self.alpha).add_(ctx.extra["cm_D"]), decay
 
     def server_end(self, run, ctx, x, w_new):
         run.state["D"] = -(ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)).mean(0)
