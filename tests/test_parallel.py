@@ -71,7 +71,7 @@ def test_vmap_equals_loop_with_augmentation():
     assert (w0 - wv).abs().max() > 1e-6                # augmentation really changed the data
 
 
-def test_auto_picks_vmap_without_batchnorm_and_records_it(tmp_path):
+def test_auto_choice_is_recorded(tmp_path):
     run = train(RunConfig(**{**BASE, "rounds": 1}), tmp_path / "r", dataset=digits())
     assert run.parallel == "vmap"
     assert json.loads((tmp_path / "r/config.json").read_text())["client_parallel"] == "vmap"
@@ -79,6 +79,8 @@ def test_auto_picks_vmap_without_batchnorm_and_records_it(tmp_path):
     assert ck["config"]["client_parallel"] == "vmap" and all(v.device.type == "cpu" for v in ck["global"].values())
     bn = Run(RunConfig(**{**BASE, "model": "resnet20", "model_kwargs": {"norm": "bn"}}), dataset=digits())
     assert bn.parallel == "loop"
+    conv = Run(RunConfig(**{**BASE, "model": "resnet20", "model_kwargs": {"norm": "gn"}}), dataset=digits())
+    assert conv.parallel == "loop"                 # a convolutional model on the CPU
 
 
 def test_vmap_resume_is_bit_identical(tmp_path):

@@ -51,4 +51,4 @@ def aug_apply(x: torch.Tensor, draws: torch.Tensor, crop: int = 4) -> torch.Tens
     b = torch.arange(B, device=x.device)[:, None, None]
     out = x[b, :, rows.clamp(0, H - 1)[:, :, None], cols.clamp(0, W - 1)[:, None, :]]  # [B, H, W, C]
     out = torch.where(inside[..., None], out, torch.zeros((), dtype=x.dtype, device=x.device))
-    return out.permute(0, 3, 1, 2).contiguous()
+    return out.permute(0, 3, 1, 2)                  # [B, C, H, W] in channels-last memory order
