@@ -90,6 +90,8 @@ class RunConfig:
     # ---- bookkeeping -------------------------------------------------------------------------------
     eval_every: int = _f(1, "evaluate every k rounds (and at the last round)")
     eval_train_samples: int = _f(2000, "size of the fixed train subset used for train_loss/train_acc")
+    eval_samples: int = _f(0, "between the --eval-every rounds, also evaluate every round on a fixed test subsample "
+                           "of this size (row field test_samples says which); 0 = off")
     ckpt_every: int = _f(0, "write ckpt/round_XXXX.pt every k rounds (0 = only last.pt)")
     keep_clients: bool = _f(True, "keep every client's last local model (an m x P table) and store it in "
                             "checkpoints; RI and FedALS always keep it")
@@ -174,6 +176,8 @@ class RunConfig:
                 bad("alpha", f"FedALS's alpha must be an integer >= 1 (got {self.hp('alpha')})")
             if self.hp("tau") <= 0:
                 bad("tau", f"must be > 0 (got {self.hp('tau')})")
+        if isinstance(self.eval_samples, bool) or not isinstance(self.eval_samples, int) or self.eval_samples < 0:
+            bad("eval_samples", f"must be a whole number >= 0 (got {self.eval_samples!r})")
         if not self.device.startswith(("auto", "cpu", "cuda")):
             bad("device", f"unknown {self.device!r}; use auto, cpu or cuda[:N]")
         return self

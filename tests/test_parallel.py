@@ -127,3 +127,11 @@ def test_cuda_matches_cpu_and_loop(algo, tmp_path):
     ck = torch.load(tmp_path / "g/ckpt/last.pt", weights_only=True)          # device-free checkpoint
     assert all(v.device.type == "cpu" for v in ck["global"].values()) and run.t == 2
     train(RunConfig(**{**kw, "device": "cpu", "rounds": 3}), tmp_path / "g", resume=True, dataset=digits())
+
+
+def test_eval_samples_between_full_evaluations(tmp_path):
+    train(RunConfig(**{**BASE, "rounds": 4, "eval_every": 2, "eval_samples": 50}), tmp_path / "r", dataset=digits())
+    rows = [json.loads(s) for s in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    n_test = len(digits().y_test)
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert [r["test_samples"] for r in rows] == [50, n_test, 50, n_test]

@@ -99,6 +99,8 @@ class Run:
         g = generator(cfg.seed, purpose="eval")
         union = torch.cat(self.idx).unique()
         self.eval_train = union[torch.randperm(len(union), generator=g)[:cfg.eval_train_samples].to(self.device)]
+        g = generator(cfg.seed, client=0, purpose="eval")
+        self.eval_test = torch.randperm(len(self.Yte), generator=g)[:cfg.eval_samples].to(self.device)
         # ---- state ------------------------------------------------------------------------------
         self.m = len(self.idx)
         self.t = 0                                   # rounds completed
@@ -341,7 +343,8 @@ class Run:
 
     # ---- evaluation ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, X: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor | None = None, bs: int = 1000):
+    def evaluate(self, X: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor | None = None, bs: int | None = None):
+        bs = bs or (4096 if self.device.type == "cuda" else 1000)      # large batches; evaluation holds no graph
         self.model.eval()
         theta = self.w if theta is None else theta
         loss = correct = 0.0
@@ -351,11 +354,15 @@ class Run:
             correct += (out.argmax(1) == Y[s:s + bs]).sum().item()
         return loss / len(X), correct / len(X)
 
-    def metrics(self, seconds: float, ctx: RoundCtx) -> dict:
+    def metrics(self, seconds: float, ctx: RoundCtx, full: bool = True) -> dict:
+        """The round's row; the test numbers on the whole test set, or (``full=False``) on the fixed subsample
+        ``eval_test`` (--eval-samples). ``test_samples`` says which."""
         tr = self.evaluate(self.X[self.eval_train], self.Y[self.eval_train])
-        te = self.evaluate(self.Xte, self.Yte)
+        Xte, Yte = (self.Xte, self.Yte) if full or not len(self.eval_test) else \
+            (self.Xte[self.eval_test], self.Yte[self.eval_test])
+        te = self.evaluate(Xte, Yte)
         row = {"round": self.t, "lr": ctx.lr, "train_loss": tr[0], "train_acc": tr[1], "test_loss": te[0],
-               "test_acc": te[1], "n_active": ctx.n, "seconds": seconds}
+               "test_acc": te[1], "test_samples": len(Yte), "n_active": ctx.n, "seconds": seconds}
         row.update(self.algo.comm(self, ctx))
         return row
 

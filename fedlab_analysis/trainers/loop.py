@@ -49,7 +49,8 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads", "client_parallel"}
+_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "eval_samples", "device", "threads",
+                "client_parallel"}
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
@@ -91,8 +92,10 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
             rows = getattr(cb, "rows", None) or []
             probed.extend(rows[consumed[j]:])
             consumed[j] = len(rows)
-        if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or probed:
-            row = {**run.metrics(seconds, ctx), **({"probes": probed} if probed else {})}
+        full = run.t % cfg.eval_every == 0 or run.t == cfg.rounds
+        if full or probed or cfg.eval_samples:       # --eval-samples: a fixed test subsample in between
+            row = run.metrics(seconds, ctx, full=full or not cfg.eval_samples)
+            row.update({"probes": probed} if probed else {})
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
             if out is not None:
                 with open(out / "metrics.jsonl", "a") as fh:
