@@ -32,9 +32,9 @@ class RunConfig:
     seed: int = _f(0, "seed of every random draw (partition, sampling, minibatches, init)")
     dtype: str = _f("float32", "float32 | float64 (float64 for exact checks)")
     device: str = _f("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
-    client_parallel: str = _f("auto", "local steps of the active clients: vmap (all clients at once by torch.func."
-                              "vmap) | loop (one client after the other) | auto (vmap, except loop for models with BatchNorm "
-                              "running statistics and for convolutional models on a CPU, where a vmapped convolution is "
+    client_parallel: str = _f("auto", "local steps of the active clients: vmap (all at once, torch.func.vmap) | "
+                              "loop (one after the other) | auto (vmap, except loop for models with BatchNorm running "
+                              "statistics and for convolutional models on a CPU, where a vmapped convolution is "
                               "slower); config.json records the choice made")
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)")
