@@ -36,6 +36,9 @@ class RunConfig:
                               "loop (one after the other) | auto (vmap, except loop for models with BatchNorm running "
                               "statistics and for convolutional models on a CPU, where a vmapped convolution is "
                               "slower); config.json records the choice made")
+    state_device: str = _f("run", "where the per-client state tables (SCAFFOLD c_i, FedDyn h_i, FedSMOO mu_i, "
+                           "FedLESAM's old models, last local models) live: run (the run's device) | cpu (host "
+                           "memory, pinned on a CUDA run; the active rows move once per round)")
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)")
     # ---- federation --------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ class RunConfig:
         if self.hp("server_lr") <= 0:
             bad("server_lr", f"must be > 0 (got {self.server_lr})")
         choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"),
-                   "client_parallel": ("auto", "loop", "vmap"),
+                   "client_parallel": ("auto", "loop", "vmap"), "state_device": ("run", "cpu"),
                    "ri_agg": ("final_avg", "delta_from_init"),
                    "lesam_source": ("client_old", "last_global_update", "released_code"),
                    "lesam_s_scale": ("paper", "code"),

@@ -98,6 +98,17 @@ def test_vmap_resume_is_bit_identical(tmp_path):
             assert torch.equal(a["algo_state"][k], b["algo_state"][k]), k
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_state_tables_on_the_host_change_nothing(device):
+    for algo in ("scaffold", "fedsmoo", "fedlesam-d"):
+        kw = _kw(dict(algo=algo, device=device, ri=True))
+        w_run, r_run, _ = trajectory("vmap", **kw)
+        w_cpu, r_cpu, _ = trajectory("vmap", **{**kw, "state_device": "cpu"})
+        assert torch.equal(w_run, w_cpu)
+        assert all(t.device.type == "cpu" for t in r_cpu.state.values() if t.dim() == 2)
+        assert r_cpu.last_local.device.type == "cpu" and torch.equal(r_run.last_local.cpu(), r_cpu.last_local)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_device_cuda_without_cuda_is_one_line(tmp_path, capsys):
     from fedlab_analysis.train import main

@@ -113,7 +113,7 @@ class ALS(Part):
             run.state["x_sync"] = run.w.expand(run.m, -1).clone()
 
     def start(self, run, ctx, x):
-        return run.last_local[ctx.S].clone()
+        return run.rows(run.last_local, ctx.S)
 
     def direction(self, run, ctx, x, d, decay):
         if self.scaffold:

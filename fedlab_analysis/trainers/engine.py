@@ -117,7 +117,8 @@ class Run:
                             "needs a model without them (use --client-parallel loop, or a GroupNorm model)")
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
-        self.last_local = self.w.expand(self.m, -1).clone() if keep else None
+        self.state_device = self.device if cfg.state_device == "run" else torch.device("cpu")
+        self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
         self.algo.init(self)
 
@@ -142,6 +143,20 @@ class Run:
 
     def zeros(self, *lead) -> torch.Tensor:
         return torch.zeros(*lead, self.space.P, dtype=self.dtype, device=self.device)
+
+    def table(self) -> torch.Tensor:
+        """A per-client state table [m, P] (SCAFFOLD c_i, FedDyn h_i, ...) on --state-device: the run's device, or
+        host memory (pinned when the run is on CUDA) with the active rows moved per round."""
+        pin = self.state_device.type == "cpu" and self.device.type == "cuda"
+        return torch.zeros(self.m, self.space.P, dtype=self.dtype, device=self.state_device, pin_memory=pin)
+
+    def rows(self, table: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+        """The rows S of a state table, on the run's device (a new tensor)."""
+        return table[S.to(table.device)].to(self.device, non_blocking=True)
+
+    def put(self, table: torch.Tensor, S: torch.Tensor, v: torch.Tensor) -> None:
+        """table[S] = v, across devices."""
+        table[S.to(table.device)] = v.to(table.device)
 
     def lr_at(self, t: int) -> float:
         return self.cfg.lr * self.cfg.lr_decay ** t
@@ -334,7 +349,7 @@ class Run:
         if self.bspace.P:
             self.buf = ctx.extra["buf"].mean(0)
         if self.last_local is not None:
-            self.last_local[ctx.S] = x
+            self.put(self.last_local, ctx.S, x)
         self.last_round[ctx.S] = self.t
         self.t += 1
         for cb in self.callbacks:

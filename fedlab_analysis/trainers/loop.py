@@ -40,17 +40,21 @@ def restore(run: Run, ck: dict) -> None:
     run.w = run.space.flatten(ck["global"]).to(**dev)
     if run.bspace.P:
         run.buf = run.bspace.flatten(ck["buffers"]).to(**dev)
-    for k, v in ck["algo_state"].items():
-        run.state[k] = v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype)
+    for k, v in ck["algo_state"].items():             # into the tables in place: they keep their device
+        if k in run.state and run.state[k].shape == v.shape:
+            run.state[k].copy_(v)
+        else:
+            run.state[k] = v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype)
     if ck.get("clients"):
-        run.last_local = ck["clients"]["models"].to(**dev)
+        models = ck["clients"]["models"]
+        run.last_local = run.last_local.copy_(models) if run.last_local is not None else models.to(**dev)
         run.last_round = ck["clients"]["rounds"].to(run.device)
     run.space = run.space.from_table(ck["layers"])
     run.t = int(ck["round"])
 
 
 _RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "eval_samples", "device", "threads",
-                "client_parallel"}
+                "client_parallel", "state_device"}
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),

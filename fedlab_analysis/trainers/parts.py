@@ -75,11 +75,11 @@ class SMOO(SAM):
     comm = (1, 1, 1)
 
     def init(self, run):
-        run.state["mu"] = run.zeros(run.m)
+        run.state["mu"] = run.table()
         run.state["s"] = run.zeros()
 
     def round_start(self, run, ctx):
-        ctx.extra["mu"] = run.state["mu"][ctx.S]        # the active rows, gathered once; written back at client_end
+        ctx.extra["mu"] = run.rows(run.state["mu"], ctx.S)     # gathered once per round; written back at client_end
         ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
 
     def ascent(self, run, ctx, g0, x):
@@ -95,7 +95,7 @@ class SMOO(SAM):
         return s_hat
 
     def client_end(self, run, ctx, x):
-        run.state["mu"][ctx.S] = ctx.extra["mu"]
+        run.put(run.state["mu"], ctx.S, ctx.extra["mu"])
 
     def server_end(self, run, ctx, x, w_new):
         mu = ctx.extra["mu"]
@@ -112,7 +112,7 @@ class LESAM(Plain):
         self.comm = (0, 0, 1) if source == "client_old" else (1, 0, 0)
 
     def init(self, run):
-        run.state["w_old"] = run.zeros(run.m)
+        run.state["w_old"] = run.table()
         run.state["seen"] = torch.zeros(run.m, dtype=torch.bool, device=run.device)
         run.state["last_update"] = run.zeros()        # w^t - w^{t-1}; zero before the first round
 
@@ -127,14 +127,14 @@ class LESAM(Plain):
         else:
             seen = run.state["seen"][ctx.S][:, None]
             first = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[self.first]
-            u = torch.where(seen, run.state["w_old"][ctx.S] - w, first.expand(ctx.n, -1))
+            u = torch.where(seen, run.rows(run.state["w_old"], ctx.S) - w, first.expand(ctx.n, -1))
         ctx.extra["delta"] = self.rho * _normalize(u)
 
     def gradient(self, run, ctx, x, k):
         return run.grads(ctx, x + ctx.extra["delta"], k)
 
     def client_end(self, run, ctx, x):
-        run.state["w_old"][ctx.S] = ctx.w
+        run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
         run.state["seen"][ctx.S] = True
 
     def server_end(self, run, ctx, x, w_new):
@@ -178,19 +178,20 @@ class Scaffold(Part):
 
     def init(self, run):
         run.state["c"] = run.zeros()
-        run.state["c_i"] = run.zeros(run.m)
+        run.state["c_i"] = run.table()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - run.state["c_i"][ctx.S])
+        ctx.extra["c_i"] = run.rows(run.state["c_i"], ctx.S)
+        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - ctx.extra["c_i"])
 
     def direction(self, run, ctx, x, d, decay):
         return d.add_(ctx.extra["scaffold_corr"]), decay
 
     def client_end(self, run, ctx, x):
-        c_i = run.state["c_i"][ctx.S]
+        c_i = ctx.extra["c_i"]
         new = c_i - run.state["c"] - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
         ctx.extra["dc"] = new - c_i
-        run.state["c_i"][ctx.S] = new
+        run.put(run.state["c_i"], ctx.S, new)
 
     def server_end(self, run, ctx, x, w_new):
         run.state["c"] = run.state["c"] + ctx.extra["dc"].sum(0) / run.m
@@ -207,17 +208,18 @@ class Dyn(Part):
         self.lamb = lamb
 
     def init(self, run):
-        run.state["h"] = run.zeros(run.m)
+        run.state["h"] = run.table()
         run.state["H"] = run.zeros()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["dyn_corr"] = self.lamb * (run.state["h"][ctx.S] - ctx.w)
+        ctx.extra["h"] = run.rows(run.state["h"], ctx.S)
+        ctx.extra["dyn_corr"] = self.lamb * (ctx.extra["h"] - ctx.w)
 
     def direction(self, run, ctx, x, d, decay):
         return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
 
     def client_end(self, run, ctx, x):
-        run.state["h"][ctx.S] += ctx.delta
+        run.put(run.state["h"], ctx.S, ctx.extra["h"] + ctx.delta)
 
     def aggregate(self, run, ctx, x):
         run.state["H"] = run.state["H"] + ctx.delta.sum(0) / run.m
@@ -261,7 +263,7 @@ class RelaxedInit(Part):
         self.beta, self.agg = beta, agg
 
     def start(self, run, ctx, x):
-        return x + self.beta * (ctx.w - run.last_local[ctx.S])
+        return x + self.beta * (ctx.w - run.rows(run.last_local, ctx.S))
 
 
 # ---- server rules ----------------------------------------------------------------------------------
