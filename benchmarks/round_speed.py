@@ -127,6 +127,12 @@ def measure(fns: dict, rounds: int, device) -> dict:
     return {"s": best, "mb": peak}
 
 
+def reference_doc() -> str:
+    """The first line of the reference's docstring, so the table says which reference it timed."""
+    import reference_sim
+    return (reference_sim.__doc__ or "no docstring").strip().splitlines()[0].rstrip(".")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N")
@@ -148,7 +154,7 @@ def main(argv=None):
         f"{platform.machine()} CPU, {os.cpu_count()} cores"
     head = (f"# {machine}, torch {torch.__version__}, {a.threads} thread(s), device {device}; 10 of {a.clients} "
             f"clients x K local steps x batch 50, best of {a.rounds} interleaved rounds, evaluation excluded; "
-            f"reference = benchmarks/reference_sim.py (simulator-style per-client loop); "
+            f"reference = benchmarks/reference_sim.py ({reference_doc()}); "
             + ("wall seconds" if device.type == "cuda" else "CPU seconds of this process (the machine is shared; "
                "one thread, so CPU time is the round's cost without the wait for a core)"))
     rows = ["| model | P | algorithm | K | reference s/round | loop s/round | vmap s/round | client-steps/s (best) "
