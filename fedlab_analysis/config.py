@@ -39,6 +39,8 @@ class RunConfig:
     state_device: str = _f("run", "where the per-client state tables (SCAFFOLD c_i, FedDyn h_i, FedSMOO mu_i, "
                            "FedLESAM's old models, last local models) live: run (the run's device) | cpu (host "
                            "memory, pinned on a CUDA run; the active rows move once per round)")
+    precision: str = _f("fp32", "training arithmetic: fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast of the local "
+                        "forward/backward to bfloat16); evaluation, aggregation and state stay in --dtype")
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)")
     # ---- federation --------------------------------------------------------------------------------
@@ -159,7 +161,7 @@ class RunConfig:
         if self.hp("server_lr") <= 0:
             bad("server_lr", f"must be > 0 (got {self.server_lr})")
         choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"),
-                   "client_parallel": ("auto", "loop", "vmap"), "state_device": ("run", "cpu"),
+                   "client_parallel": ("auto", "loop", "vmap"), "state_device": ("run", "cpu"), "precision": ("fp32", "tf32", "bf16"),
                    "ri_agg": ("final_avg", "delta_from_init"),
                    "lesam_source": ("client_old", "last_global_update", "released_code"),
                    "lesam_s_scale": ("paper", "code"),
@@ -179,6 +181,8 @@ class RunConfig:
                 bad("alpha", f"FedALS's alpha must be an integer >= 1 (got {self.hp('alpha')})")
             if self.hp("tau") <= 0:
                 bad("tau", f"must be > 0 (got {self.hp('tau')})")
+        if self.precision != "fp32" and self.dtype != "float32":
+            bad("precision", f"{self.precision} needs --dtype float32 (got {self.dtype})")
         if isinstance(self.eval_samples, bool) or not isinstance(self.eval_samples, int) or self.eval_samples < 0:
             bad("eval_samples", f"must be a whole number >= 0 (got {self.eval_samples!r})")
         if not self.device.startswith(("auto", "cpu", "cuda")):

@@ -36,10 +36,10 @@ def _kw(case):
     return kw
 
 
-def trajectory(mode, rounds=3, data=None, **kw):
+def trajectory(mode, n_rounds=3, data=None, **kw):
     run = Run(RunConfig(**{**kw, "client_parallel": mode}), dataset=data or digits())
     ws = []
-    for _ in range(rounds):
+    for _ in range(n_rounds):
         ctx = run.round()
         ws.append(run.w.clone())
     return torch.stack(ws), run, ctx
@@ -146,3 +146,19 @@ def test_eval_samples_between_full_evaluations(tmp_path):
     n_test = len(digits().y_test)
     assert [r["round"] for r in rows] == [1, 2, 3, 4]
     assert [r["test_samples"] for r in rows] == [50, n_test, 50, n_test]
+
+
+def test_bf16_autocast_is_opt_in_and_close():
+    kw = _kw(dict(algo="fedsam", dtype="float32"))
+    w32, _, _ = trajectory("vmap", n_rounds=1, **kw)
+    for mode in ("loop", "vmap"):
+        w16, run, _ = trajectory(mode, n_rounds=1, **{**kw, "precision": "bf16"})
+        err = (w16 - w32).abs().max().item()
+        assert 0 < err < 0.05 * w32.abs().max().item(), (mode, err)      # other arithmetic, same training
+        assert run.w.dtype == torch.float32
+    from fedlab_analysis.errors import UserError
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="--precision tf32"):
+            Run(RunConfig(**{**kw, "precision": "tf32"}), dataset=digits())
+    with pytest.raises(UserError, match="--precision"):
+        RunConfig(**{**kw, "precision": "bf16", "dtype": "float64"}).validate()

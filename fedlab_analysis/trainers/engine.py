@@ -117,6 +117,11 @@ class Run:
                             "needs a model without them (use --client-parallel loop, or a GroupNorm model)")
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
+        if cfg.precision == "tf32" and self.device.type != "cuda":
+            raise UserError("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
+        if cfg.precision == "tf32":                   # process-wide switch, set only when asked for
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
         self.state_device = self.device if cfg.state_device == "run" else torch.device("cpu")
         self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
@@ -282,6 +287,10 @@ class Run:
         The gradient is taken with respect to per-parameter leaves (views of x), and concatenated once."""
         data = self.step_data(ctx, k) if data is None else data
         self.model.train()
+        with self.autocast:
+            return self._grads(ctx, x, data)
+
+    def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
         out = torch.empty_like(x) if ctx.all_on else torch.zeros_like(x)
         rows = None if ctx.all_on else ctx.rows
         xa = x.detach() if rows is None else x.detach()[rows]
