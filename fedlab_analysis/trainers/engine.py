@@ -108,6 +108,7 @@ class Run:
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
         self.callbacks: list = []
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
+        self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
         self.parallel = cfg.client_parallel
         if self.parallel == "auto":                  # vmap, except: BatchNorm statistics, or convolutions on a CPU
             conv = any(isinstance(mod, torch.nn.modules.conv._ConvNd) for mod in self.model.modules())
@@ -290,8 +291,20 @@ class Run:
         with self.autocast:
             return self._grads(ctx, x, data)
 
+    def scratch(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A persistent work buffer shaped like ``like`` (fresh [n, P] tensors cost page faults on every step).
+        The gradient buffers alternate (``grads`` returns buffer 0, 1, 0, ...), so a gradient stays valid through
+        the next call in the same step (SAM's two passes), not across steps: a part that keeps one copies it."""
+        b = self._scratch.get(name)
+        if b is None or b.shape != like.shape or b.dtype != like.dtype or b.device != like.device:
+            b = self._scratch[name] = torch.empty_like(like)
+        return b
+
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
-        out = torch.empty_like(x) if ctx.all_on else torch.zeros_like(x)
+        self._flip ^= 1
+        out = self.scratch(f"grad{self._flip}", x)
+        if not ctx.all_on:
+            out.zero_()
         rows = None if ctx.all_on else ctx.rows
         xa = x.detach() if rows is None else x.detach()[rows]
         if self.parallel == "vmap":

@@ -65,7 +65,7 @@ class SAM(Plain):
         g0 = run.grads(ctx, x, k, data)
         delta = self.ascent(run, ctx, g0, x)
         ctx.extra["delta"] = delta                    # this step's perturbation, for drift probes
-        return run.grads(ctx, x + delta, k, data)
+        return run.grads(ctx, torch.add(x, delta, out=run.scratch("x_pert", x)), k, data)
 
 
 class SMOO(SAM):
@@ -87,7 +87,7 @@ class SMOO(SAM):
         s_hat = _normalize_(g0.sub_(mu).sub_(s)).mul_(self.rho)     # r a / ||a||, a = g - mu_i - s (in place)
         if ctx.all_on:                                  # every client steps: update in place, no masks
             mu.add_(s_hat).sub_(s)
-            ctx.extra["s_hat"] = s_hat
+            ctx.extra["s_hat"].copy_(s_hat)             # s_hat lives in a reused gradient buffer
         else:
             r = ctx.rows
             mu[r] = mu[r] + s_hat[r] - s
@@ -131,7 +131,7 @@ class LESAM(Plain):
         ctx.extra["delta"] = self.rho * _normalize(u)
 
     def gradient(self, run, ctx, x, k):
-        return run.grads(ctx, x + ctx.extra["delta"], k)
+        return run.grads(ctx, torch.add(x, ctx.extra["delta"], out=run.scratch("x_pert", x)), k)
 
     def client_end(self, run, ctx, x):
         run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
