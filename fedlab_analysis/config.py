@@ -57,10 +57,17 @@ class RunConfig:
     data_dir: str | None = _f(None, "directory holding the official files of a real dataset (never downloaded)")
     seed: int = _f(0, "seed of every random draw (partition, sampling, minibatches, init)", lo=0)
     dtype: str = _f("float32", "float32 | float64 (float64 for exact checks)", choices=("float32", "float64"))
-    device: str = _f("cpu", "auto | cpu | cuda | cuda:N", pattern=r"auto|cpu|cuda(:\d+)?")
-    vmap: str = _f("auto", "lock-step gradients by torch.vmap over stacked clients: auto (on CUDA for models "
-                   "without BatchNorm) | on | off (a loop over clients; fastest on CPU)",
-                   choices=("auto", "on", "off"))
+    device: str = _f("auto", "auto (CUDA when available) | cpu | cuda | cuda:N", pattern=r"auto|cpu|cuda(:\d+)?")
+    client_parallel: str = _f("auto", "local steps of the active clients: vmap (all at once, torch.func.vmap) | "
+                              "loop (one after the other) | auto (vmap, except loop for models with BatchNorm running "
+                              "statistics and for convolutional models on a CPU, where a vmapped convolution is "
+                              "slower); config.json records the choice made", choices=("auto", "loop", "vmap"))
+    state_device: str = _f("run", "where the per-client state tables (SCAFFOLD c_i, FedDyn h_i, FedSMOO mu_i, "
+                           "FedLESAM's old models, last local models) live: run (the run's device) | cpu (host "
+                           "memory, pinned on a CUDA run; the active rows move once per round)", choices=("run", "cpu"))
+    precision: str = _f("fp32", "training arithmetic: fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast of the local "
+                        "forward/backward to bfloat16); evaluation, aggregation and state stay in --dtype",
+                        choices=("fp32", "tf32", "bf16"))
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)", lo=1)
     # ---- federation --------------------------------------------------------------------------------
@@ -133,6 +140,8 @@ class RunConfig:
     # ---- bookkeeping -------------------------------------------------------------------------------
     eval_every: int = _f(1, "evaluate every k rounds (and at the last round)", lo=1)
     eval_train_samples: int = _f(2000, "size of the fixed train subset used for train_loss/train_acc", lo=1)
+    eval_samples: int = _f(0, "between the --eval-every rounds, also evaluate every round on a fixed test subsample "
+                           "of this size (row field test_samples says which); 0 = off", lo=0)
     ckpt_every: int = _f(0, "write ckpt/round_XXXX.pt every k rounds (0 = only last.pt)", lo=0)
     keep_clients: bool = _f(True, "keep every client's last local model (an m x P table) and store it in "
                             "checkpoints; RI and FedALS always keep it")
@@ -174,6 +183,8 @@ class RunConfig:
         if self.ri_anchor == "start" and not (self.ri or self.algo == "fedinit"):
             raise UserError(f"{_where(source, 'ri_anchor')}: 'start' is the relaxed start point; it needs --ri "
                             f"(or --algo fedinit)")
+        if self.precision != "fp32" and self.dtype != "float32":
+            raise UserError(f"{_where(source, 'precision')}: {self.precision} needs dtype float32 (got {self.dtype})")
         return self
 
 

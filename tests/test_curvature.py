@@ -90,6 +90,17 @@ def test_kept_graph_gives_the_same_products(mlp):
         assert not op._graphs and torch.allclose(op.matvec(V[0]), mlp.H @ V[0], atol=1e-10, rtol=0)
 
 
+def test_graph_kept_by_default_only_when_it_fits(mlp, monkeypatch):
+    from fedlab_analysis.probes import hvp
+    v = torch.randn(mlp.space.P, generator=torch.Generator().manual_seed(4), dtype=F64)
+    op = HessianOperator(mlp.f, mlp.theta, (mlp.X, mlp.y))
+    assert op.keep_graph and "keep_graph_note" not in op.describe()
+    monkeypatch.setattr(hvp, "_free_bytes", lambda device: 1000)          # no room: rebuilt per product
+    op = HessianOperator(mlp.f, mlp.theta, (mlp.X, mlp.y))
+    assert not op.keep_graph and "not kept" in op.describe()["keep_graph_note"]
+    assert torch.allclose(op.matvec(v), mlp.H @ v, atol=1e-10, rtol=0) and not op._graphs
+
+
 def test_weight_decay_and_minibatch(mlp):
     v = torch.randn(mlp.space.P, generator=torch.Generator().manual_seed(2), dtype=F64)
     assert torch.allclose(_op(mlp, weight_decay=0.3).matvec(v), mlp.H @ v + 0.3 * v, atol=1e-10, rtol=0)

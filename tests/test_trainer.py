@@ -127,8 +127,8 @@ def test_vmap_path_equals_client_loop(tiny_cfg):
     """Lock-step gradients by vmap over stacked clients give the loop's numbers (float64), SAM's two passes too."""
     for algo in ("fedavg", "fedsam", "scaffold"):
         runs = []
-        for v in ("off", "on"):
-            run = Run(tiny_cfg(algo=algo, vmap=v, dtype="float64", model="mlp", model_kwargs={"widths": [8]},
+        for v in ("loop", "vmap"):
+            run = Run(tiny_cfg(algo=algo, client_parallel=v, dtype="float64", model="mlp", model_kwargs={"widths": [8]},
                                local_steps=None, local_epochs=1, batch_size=16))   # partial last batches too
             for _ in range(2):
                 run.round()

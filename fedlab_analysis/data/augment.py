@@ -22,7 +22,12 @@ def augment(x: torch.Tensor, gen: torch.Generator, flip: bool = True, crop: int 
                         "flip/crop augmentation is for image data sets only")
     if crop < 0 or not 0.0 <= crop_p <= 1.0:
         raise UserError(f"augment: need crop >= 0 and 0 <= crop_p <= 1, got crop={crop}, crop_p={crop_p}")
-    B, _, H, W = x.shape
+    return aug_apply(x, aug_draw(len(x), gen, flip, crop, crop_p), crop)
+
+
+def aug_draw(B: int, gen: torch.Generator, flip: bool = True, crop: int = 4, crop_p: float = 0.5) -> torch.Tensor:
+    """The random numbers of ``augment`` for B samples, as one long tensor [3, B] (mirror 0/1, dy, dx), drawn
+    on ``gen``'s device in a fixed order (flip, crop, dy, dx). Draw once, apply to any batching of the samples."""
     g = gen.device
     mirror = torch.rand(B, generator=gen, device=g) < 0.5
     shift = torch.rand(B, generator=gen, device=g) < crop_p
@@ -30,8 +35,14 @@ def augment(x: torch.Tensor, gen: torch.Generator, flip: bool = True, crop: int 
     if not flip:
         mirror = torch.zeros_like(mirror)
     dy, dx = torch.where(shift, dy, crop), torch.where(shift, dx, crop)  # no crop = the centred window
-    mirror, dy, dx = mirror.to(x.device), dy.to(x.device), dx.to(x.device)
+    return torch.stack([mirror.long(), dy, dx])
 
+
+def aug_apply(x: torch.Tensor, draws: torch.Tensor, crop: int = 4) -> torch.Tensor:
+    """Apply drawn flips and crops ``draws`` [3, B] (``aug_draw``) to images x [B, C, H, W] with one gather."""
+    B, _, H, W = x.shape
+    draws = draws.to(x.device)
+    mirror, dy, dx = draws[0].bool(), draws[1], draws[2]
     # source pixel of out[b, :, i, j] in x: row i + dy - crop, column j + dx - crop, mirrored if flipped
     rows = torch.arange(H, device=x.device) + dy[:, None] - crop  # [B, H]
     cols = torch.arange(W, device=x.device) + dx[:, None] - crop  # [B, W]
@@ -40,4 +51,4 @@ def augment(x: torch.Tensor, gen: torch.Generator, flip: bool = True, crop: int 
     b = torch.arange(B, device=x.device)[:, None, None]
     out = x[b, :, rows.clamp(0, H - 1)[:, :, None], cols.clamp(0, W - 1)[:, None, :]]  # [B, H, W, C]
     out = torch.where(inside[..., None], out, torch.zeros((), dtype=x.dtype, device=x.device))
-    return out.permute(0, 3, 1, 2).contiguous()
+    return out.permute(0, 3, 1, 2)                  # [B, C, H, W] in channels-last memory order

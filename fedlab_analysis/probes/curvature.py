@@ -241,8 +241,9 @@ def _add_common(p):
     p.add_argument("--wd", type=float, default=0.0, help="add wd * I (the weight-decay term)")
     p.add_argument("--hvp", default="autograd", choices=["autograd", "func"],
                    help="double backward (default; works with GroupNorm) or torch.func jvp(grad)")
-    p.add_argument("--keep-graph", action="store_true",
-                   help="hold each batch's gradient graph between products (faster, PyHessian's memory cost)")
+    p.add_argument("--keep-graph", default="auto", choices=["auto", "on", "off"],
+                   help="hold each batch's gradient graph between products (faster, PyHessian's memory cost); "
+                        "auto: when they fit in a quarter of the free memory")
     p.add_argument("--backend", default="ours", choices=["ours", "pyhessian", "curvlinops"],
                    help="run the question through an optional library instead (cross-check)")
     p.add_argument("--tol", type=float, default=1e-3, help="relative tolerance")
@@ -304,7 +305,7 @@ def _ask(question, args, bundle, data, spec) -> dict:
                             ) from None
     op = HessianOperator(bundle.f, bundle.theta, data, batch_size=args.batch_size if args.minibatch is None
                          else None, weight_decay=args.wd, backend=args.hvp, params=spec, space=bundle.space,
-                         keep_graph=args.keep_graph)
+                         keep_graph=_KEEP[args.keep_graph])
     if question == "hessian":
         r = top_eigenvalues(op, args.top_k, which=args.which, tol=args.tol, max_iter=args.max_iter,
                             seed=args.seed, method=args.method)
@@ -316,8 +317,11 @@ def _ask(question, args, bundle, data, spec) -> dict:
     return {**r, "seconds_per_product": op.seconds_per_product, "parameters": op.describe()}
 
 
+_KEEP = {"auto": "auto", "on": True, "off": False}
+
+
 def _run(question, args, bundle):
-    ours_only = {"--wd": args.wd, "--hvp func": args.hvp != "autograd", "--keep-graph": args.keep_graph,
+    ours_only = {"--wd": args.wd, "--hvp func": args.hvp != "autograd", "--keep-graph": args.keep_graph == "on",
                  "--per-layer": args.per_layer, "--deflate": getattr(args, "deflate", 0),
                  "--method power/eigsh": getattr(args, "method", None) in ("power", "eigsh")}
     if args.backend != "ours" and any(ours_only.values()):
@@ -339,7 +343,7 @@ def _run(question, args, bundle):
         rows = per_layer(bundle.f, bundle.theta, data, bundle.space, by=args.by, k=args.top_k, tol=args.tol,
                          max_iter=args.max_iter, trace_products=args.products, seed=args.seed,
                          batch_size=args.batch_size if args.minibatch is None else None,
-                         weight_decay=args.wd, backend=args.hvp, keep_graph=args.keep_graph)
+                         weight_decay=args.wd, backend=args.hvp, keep_graph=_KEEP[args.keep_graph])
     else:
         rows = {label: _ask(question, args, bundle, data, spec)
                 for label, spec in layer_specs(bundle.space, args.by).items()}

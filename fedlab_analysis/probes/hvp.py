@@ -12,9 +12,11 @@ Two backends compute H_b v (anchors.md section 5):
   first backward per batch serve all vectors of a ``matmat`` call; the graph is freed when the call
   returns, so no graph stays alive between calls (PyHessian keeps one for its lifetime). It works
   with stock ``nn.GroupNorm`` (curvlinops' vmapped forward-over-reverse product does not).
-  ``keep_graph=True`` opts into PyHessian's mode: each batch's gradient graph is built once and
-  held until ``release()``, so a product is one double-backward pass (2-3x cheaper on CPU for a
-  single batch) at the memory cost of the graphs.
+  ``keep_graph="auto"`` (default) is PyHessian's mode when memory allows: each batch's gradient graph
+  is built once and held until ``release()``, so a product is one double-backward pass (2-3x cheaper
+  on CPU for a single batch). The graphs are held when the tensors the first batch's graph saves,
+  times the number of batches, fit in a quarter of the free memory of the device; otherwise each
+  product rebuilds its graph and ``describe()["keep_graph_note"]`` says why. True / False force it.
 - ``"func"``: ``torch.func.jvp(torch.func.grad(L), theta, v)`` (forward over reverse).
 
 The model is used through ``f(theta, x) -> logits`` only (``params.functional``); put it in eval
@@ -127,17 +129,21 @@ class HessianOperator(Operator):
 
     def __init__(self, f, theta: torch.Tensor, data, *, batch_size: int | None = None, loss="ce",
                  weight_decay: float = 0.0, backend: str = "autograd", params: str | None = None,
-                 space: ParamSpace | None = None, keep_graph: bool = False):
+                 space: ParamSpace | None = None, keep_graph: bool | str = "auto"):
         super().__init__()
         if backend not in ("autograd", "func"):
             raise UserError(f"unknown HVP backend {backend!r}; use 'autograd' or 'func'")
         if not (isinstance(loss, str) and loss in LOSSES) and not callable(loss):
             raise UserError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable")
-        if keep_graph and backend != "autograd":
+        if keep_graph not in (True, False, "auto"):
+            raise UserError(f"keep_graph={keep_graph!r}: use True, False or 'auto'")
+        if keep_graph is True and backend != "autograd":
             raise UserError("keep_graph holds autograd graphs; use it with backend='autograd'")
+        self.keep_note = None
         if batch_size is not None and batch_size < 1:
             raise UserError(f"batch_size={batch_size} must be at least 1")
-        self.f, self.backend, self.keep_graph = f, backend, bool(keep_graph)
+        self.f, self.backend, self.keep_graph = f, backend, keep_graph is True or (keep_graph == "auto" and
+                                                                                backend == "autograd")
         self._graphs = {}
         self.loss = LOSSES[loss] if isinstance(loss, str) else loss
         self.theta = theta.detach().reshape(-1)
@@ -161,6 +167,8 @@ class HessianOperator(Operator):
                                 "'block:I' or 're:REGEX'") from None
             self.index = space.index(self.params, device=self.device)
         self.dim = self.P if self.index is None else self.index.numel()
+        if keep_graph == "auto" and self.keep_graph:
+            self._decide_keep()
 
     def _batches(self, data, batch_size):
         if isinstance(data, tuple) and len(data) == 2 and torch.is_tensor(data[0]):
@@ -176,6 +184,25 @@ class HessianOperator(Operator):
     def _full(self, s: torch.Tensor) -> torch.Tensor:
         """theta with its filtered coordinates replaced by ``s`` (differentiable in ``s``)."""
         return s if self.index is None else self.theta.index_copy(0, self.index, s)
+
+    def _decide_keep(self):
+        """keep_graph='auto': build batch 0's graph, count the bytes its saved tensors hold, and keep the graphs
+        when n_batches times that fits in a quarter of the device's free memory."""
+        saved = [0]
+
+        def pack(t):
+            saved[0] += t.numel() * t.element_size()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            graph = self._gradient_graph(*self.batches[0])
+        need = saved[0] * len(self.batches)
+        free = _free_bytes(self.device)
+        if need <= free / 4:
+            self._graphs[0] = graph
+            return
+        self.keep_graph = False
+        self.keep_note = (f"gradient graphs not kept: {need / 2**20:.0f} MiB for {len(self.batches)} batch(es) "
+                          f"exceed a quarter of the {free / 2**20:.0f} MiB free; each product rebuilds its graph")
 
     def _gradient_graph(self, x, y):
         """(s, g): the filtered coordinates as a leaf and the loss gradient with its graph."""
@@ -215,4 +242,16 @@ class HessianOperator(Operator):
         return {"n_data": self.n_data, "n_batches": len(self.batches), "params": self.params or "all",
                 "layers": self.layers, "dim": self.dim, "P": self.P, "backend": self.backend,
                 "weight_decay": self.weight_decay, "keep_graph": self.keep_graph,
+                **({"keep_graph_note": self.keep_note} if self.keep_note else {}),
                 "dtype": str(self.dtype).replace("torch.", "")}
+
+
+def _free_bytes(device: torch.device) -> int:
+    """Free memory of the device: CUDA's free bytes, or the host's MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as fh:
+            return next(int(s.split()[1]) * 1024 for s in fh if s.startswith("MemAvailable"))
+    except (OSError, StopIteration):
+        return 0

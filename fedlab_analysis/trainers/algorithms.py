@@ -57,13 +57,13 @@ class Algorithm:
         return self.perturb.gradient(run, ctx, x, k)
 
     def direction(self, run, ctx, x, g):
-        """(pre-clip direction, post-clip terms); weight decay is a post-clip term (SGD's weight_decay)."""
-        wd_x = run.cfg.wd * x if run.cfg.wd else torch.zeros_like(x)
-        ctx.extra["wd_x"] = wd_x
-        d, post = g, wd_x
+        """(pre-clip direction d, decay c): the step is x <- x - eta (clip(d) + c x). c x gathers the terms the
+        simulator adds after clipping as SGD weight decay (wd, FedProx's mu, FedDyn's lamb), so it stays a scalar
+        and the engine applies it in one pass. Parts may update d in place: it is this step's own tensor."""
+        d, decay = g, run.cfg.wd
         for p in self.parts:
-            d, post = p.direction(run, ctx, x, d, post)
-        return d, post
+            d, decay = p.direction(run, ctx, x, d, decay)
+        return d, decay
 
     def after_step(self, run, ctx, x):
         for p in self.parts:
@@ -118,13 +118,13 @@ class ALS(Part):
             run.state["x_sync"] = run.w.expand(run.m, -1).clone()
 
     def start(self, run, ctx, x):
-        return run.last_local[ctx.S].clone()
+        return run.rows(run.last_local, ctx.S)
 
-    def direction(self, run, ctx, x, d, post):
+    def direction(self, run, ctx, x, d, decay):
         if self.scaffold:
             c = run.state["c_k"]
             d = d + (c.mean(0) - c[ctx.S])
-        return d, post
+        return d, decay
 
     def _sync(self, run, ctx, x, mask, period):
         if self.scaffold:

@@ -5,8 +5,8 @@ A round, top to bottom:
     x        = algo.start(run, ctx)                    [n_active, P]: w, RI's w + beta (w - w_i^last), FedALS'
     for k in range(max K_i):                           lock-step: all active clients advance step k together
         g    = algo.gradient(run, ctx, x, k)            plain, SAM, FedSMOO's corrected ascent, FedLESAM's estimate
-        d    = algo.direction(run, ctx, x, g)           + prox / SCAFFOLD / FedDyn terms, FedCM mixing
-        x   -= lr * (clip(d) + post-clip terms)         clients past their own K_i are masked out
+        d, c = algo.direction(run, ctx, x, g)           + prox / SCAFFOLD / FedDyn terms, FedCM mixing; c: decay
+        x   -= lr * (clip(d) + c x)                     in place; clients past their own K_i stay put
         algo.after_step(...); callbacks('step', ...)    FedALS synchronisation; probes watching local steps
     algo.client_end -> w = algo.aggregate -> algo.server_end; callbacks('round', ...)
 All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from ..checkpoint import load_weights
 from ..config import RunConfig
-from ..data import Dataset, augment, load_dataset, partition
+from ..data import Dataset, load_dataset, partition
+from ..data.augment import aug_apply, aug_draw
 from ..device import resolve
 from ..errors import UserError
 from ..models import build_model, model_spec
@@ -45,10 +46,17 @@ class RoundCtx:
     w: torch.Tensor                   # global model at the start of the round [P]
     K: torch.Tensor                   # local steps per active client, long [n]
     batches: list[list[torch.Tensor]]  # batches[j][k] = data indices of client S[j] at step k
-    aug_gens: list | None = None
+    aug: torch.Tensor | None = None   # augmentation draws [n, max K_i, 3, max B] (data.augment.aug_draw)
     x0: torch.Tensor | None = None    # local start points [n, P]
     k: int = 0                        # current local step
     active: torch.Tensor | None = None  # bool [n]: clients still stepping at step k
+    all_on: bool = True               # every client steps at step k (k < min K_i): no masks needed
+    rows: torch.Tensor | None = None  # the active rows when not all_on
+    K_dev: torch.Tensor | None = None  # K on the run's device
+    Kmin: int = 0
+    I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
+    W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
+    padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
     extra: dict = field(default_factory=dict)   # per-round constants of the algorithm
 
     @property
@@ -80,6 +88,8 @@ class Run:
         self.X = self.ds.x_train.to(dtype=self.dtype, **dev)
         self.Y = self.ds.y_train.to(**dev)
         self.Xte = self.ds.x_test.to(dtype=self.dtype, **dev)
+        if self.X.dim() == 4:                        # images channels-last: ~25% faster convolutions on CPU (measured)
+            self.X, self.Xte = (t.contiguous(memory_format=torch.channels_last) for t in (self.X, self.Xte))
         self.Yte = self.ds.y_test.to(**dev)
         self.idx = [torch.as_tensor(ix, dtype=torch.long, device=self.device) for ix in self.part.indices]
         self.n_i = torch.tensor([len(ix) for ix in self.part.indices])
@@ -105,6 +115,8 @@ class Run:
         g = generator(cfg.seed, purpose="eval")
         union = torch.cat(self.idx).unique()
         self.eval_train = union[torch.randperm(len(union), generator=g)[:cfg.eval_train_samples].to(self.device)]
+        g = generator(cfg.seed, client=0, purpose="eval")
+        self.eval_test = torch.randperm(len(self.Yte), generator=g)[:cfg.eval_samples].to(self.device)
         # ---- state ------------------------------------------------------------------------------
         self.m = len(self.idx)
         self.t = 0                                   # rounds completed
@@ -114,12 +126,23 @@ class Run:
         self.out = None                              # the run directory of the latest train() call, if any
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
-        self.use_vmap = cfg.vmap == "on" or (cfg.vmap == "auto" and self.device.type == "cuda" and not self.bspace.P)
-        if self.use_vmap and self.bspace.P:
-            raise UserError("--vmap on: this model has BatchNorm buffers; vmap over clients needs a model without "
-                            "them (use --vmap off, or a GroupNorm model)")
+        self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
+        self.parallel = cfg.client_parallel
+        if self.parallel == "auto":                  # vmap, except: BatchNorm statistics, or convolutions on a CPU
+            conv = any(isinstance(mod, torch.nn.modules.conv._ConvNd) for mod in self.model.modules())
+            self.parallel = "loop" if self.bspace.P or (conv and self.device.type == "cpu") else "vmap"
+        if self.parallel == "vmap" and self.bspace.P:
+            raise UserError("--client-parallel vmap: this model has BatchNorm running statistics; vmap over clients "
+                            "needs a model without them (use --client-parallel loop, or a GroupNorm model)")
+        self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
-        self.last_local = self.w.expand(self.m, -1).clone() if keep else None
+        if cfg.precision == "tf32" and self.device.type != "cuda":
+            raise UserError("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
+        if cfg.precision == "tf32":                   # process-wide switch, set only when asked for
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+        self.state_device = self.device if cfg.state_device == "run" else torch.device("cpu")
+        self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
         self.algo.init(self)
 
@@ -166,6 +189,20 @@ class Run:
     def zeros(self, *lead) -> torch.Tensor:
         return torch.zeros(*lead, self.space.P, dtype=self.dtype, device=self.device)
 
+    def table(self) -> torch.Tensor:
+        """A per-client state table [m, P] (SCAFFOLD c_i, FedDyn h_i, ...) on --state-device: the run's device, or
+        host memory (pinned when the run is on CUDA) with the active rows moved per round."""
+        pin = self.state_device.type == "cpu" and self.device.type == "cuda"
+        return torch.zeros(self.m, self.space.P, dtype=self.dtype, device=self.state_device, pin_memory=pin)
+
+    def rows(self, table: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+        """The rows S of a state table, on the run's device (a new tensor)."""
+        return table[S.to(table.device)].to(self.device, non_blocking=True)
+
+    def put(self, table: torch.Tensor, S: torch.Tensor, v: torch.Tensor) -> None:
+        """table[S] = v, across devices."""
+        table[S.to(table.device)] = v.to(table.device)
+
     def lr_at(self, t: int) -> float:
         return self.cfg.lr * self.cfg.lr_decay ** t
 
@@ -209,48 +246,145 @@ class Run:
         S = self.sample_clients(t)
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
-        gens = [generator(self.cfg.seed, t, int(i), "augment", self.device) for i in S] \
-            if self.cfg.augment and self.ds.augmentable else None
-        return RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches, gens)
+        ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
+        ctx.K_dev, ctx.Kmin = K.to(self.device), int(K.min())
+        self._pad(ctx)
+        if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
+            ctx.aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long, device=self.device)
+            for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
+                g = generator(self.cfg.seed, t, i, "augment", self.device)
+                for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
+                    ctx.aug[j, k, :, :a.shape[1]] = a
+        return ctx
+
+    def _pad(self, ctx: RoundCtx) -> None:
+        """The round's minibatch indices as one padded table I [n, max K_i, max B] (row j, step k: client
+        S[j]'s batch, padded with its first index) and, where batches are unequal, mean-loss weights W
+        (1/|b| on real samples, 0 on padding) so a padded batch has the same mean loss as the real one."""
+        n, Kmax = ctx.n, int(ctx.K.max())
+        sizes = [[len(b) for b in bs] for bs in ctx.batches]
+        B = max(max(s) for s in sizes)
+        I = torch.empty(n, Kmax, B, dtype=torch.long, device=self.device)
+        full = all(len(s) == Kmax and min(s) == B for s in sizes)
+        for j, bs in enumerate(ctx.batches):
+            if len(bs) == Kmax and min(sizes[j]) == B:
+                I[j] = torch.stack(bs)
+                continue
+            I[j] = bs[0][0]
+            for k, b in enumerate(bs):
+                I[j, k, :len(b)] = b
+        ctx.I, ctx.W, ctx.padded = I, None, []
+        if not full:
+            nb = torch.zeros(n, Kmax, dtype=self.dtype)
+            for j, s in enumerate(sizes):
+                nb[j, :len(s)] = torch.tensor(s, dtype=self.dtype)
+            valid = torch.arange(B, dtype=self.dtype) < nb[..., None]
+            ctx.W = (valid / nb.clamp(min=1)[..., None]).to(self.device)
+            ctx.padded = [any(len(s) > k and s[k] < B for s in sizes) for k in range(Kmax)]
+
+    def set_step(self, ctx: RoundCtx, k: int) -> None:
+        """Step k's active clients: every one while k < min K_i (no masks), else those with K_i > k."""
+        ctx.k, ctx.all_on = k, k < ctx.Kmin
+        ctx.active = ctx.K_dev > k
+        ctx.rows = None if ctx.all_on else ctx.active.nonzero().flatten()
 
     # ---- the model as a function --------------------------------------------------------------------
     def forward(self, theta: torch.Tensor, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
-        tensors = self.space.unflatten(theta)
+        return self._call(self.space.unflatten(theta), x, buf)
+
+    def _call(self, tensors: dict, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
         if self.bspace.P:
-            tensors.update(self.bspace.unflatten(self.buf if buf is None else buf))
-            tensors.update(self._int_bufs)
+            tensors = {**tensors, **self.bspace.unflatten(self.buf if buf is None else buf), **self._int_bufs}
         return torch.func.functional_call(self.model, tensors, (x,))
 
     def batch(self, ctx: RoundCtx, j: int, k: int):
+        """Client S[j]'s minibatch at step k (its real samples, augmented with the round's draws)."""
         ix = ctx.batches[j][k]
         xb = self.X[ix]
-        if ctx.aug_gens is not None:
-            xb = augment(xb, ctx.aug_gens[j])
+        if ctx.aug is not None:
+            xb = aug_apply(xb, ctx.aug[j, k, :, :len(ix)])
         return xb, self.Y[ix]
+
+    def step_data(self, ctx: RoundCtx, k: int):
+        """Step k's minibatches of the active clients, once (SAM's two passes share them): a list of (x, y) per
+        active client (loop), or stacked [n_act, B, ...] tensors with mean-loss weights or None (vmap)."""
+        rows = range(ctx.n) if ctx.all_on else ctx.rows.tolist()
+        if self.parallel == "loop":
+            return [self.batch(ctx, j, k) for j in rows]
+        I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
+        xb = self.X[I]
+        if ctx.aug is not None:
+            A = ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]                  # [n_act, 3, B]
+            xb = aug_apply(xb.flatten(0, 1), A.transpose(0, 1).flatten(1)).view(xb.shape)
+        W = None
+        if ctx.W is not None and ctx.padded[k]:
+            W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
+        return xb, self.Y[I], W
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
         """Minibatch loss gradients of the active clients at their points x [n, P] (rows of inactive clients
-        are zero). ``data`` reuses the minibatches of an earlier call in the same step (SAM's second pass)."""
-        g = torch.zeros_like(x)
+        are zero). ``data`` reuses the minibatches of an earlier call in the same step (SAM's second pass).
+        The gradient is taken with respect to per-parameter leaves (views of x), and concatenated once."""
+        data = self.step_data(ctx, k) if data is None else data
         self.model.train()
-        js = ctx.active.nonzero().flatten().tolist()
-        if self.use_vmap and len(js) > 1:
-            batches = [data[j] if data is not None else self.batch(ctx, j, k) for j in js]
-            if len({len(b[1]) for b in batches}) == 1:          # equal batch sizes: one vmapped call
-                loss = lambda th, xb, yb: self.loss(self.forward(th, xb), yb)  # noqa: E731
-                xb, yb = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
-                g[js] = torch.func.vmap(torch.func.grad(loss))(x[js].detach(), xb, yb)
-                self.n_grads += len(js)
-                return g
-            data = dict(zip(js, batches))                      # unequal sizes this step: fall back to the loop
-        for j in js:
-            xb, yb = data[j] if data is not None else self.batch(ctx, j, k)
-            theta = x[j].detach().requires_grad_(True)
+        with self.autocast:
+            return self._grads(ctx, x, data)
+
+    def scratch(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A persistent work buffer shaped like ``like`` (fresh [n, P] tensors cost page faults on every step).
+        The gradient buffers alternate (``grads`` returns buffer 0, 1, 0, ...), so a gradient stays valid through
+        the next call in the same step (SAM's two passes), not across steps: a part that keeps one copies it."""
+        b = self._scratch.get(name)
+        if b is None or b.shape != like.shape or b.dtype != like.dtype or b.device != like.device:
+            b = self._scratch[name] = torch.empty_like(like)
+        return b
+
+    def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
+        self._flip ^= 1
+        out = self.scratch(f"grad{self._flip}", x)
+        if not ctx.all_on:
+            out.zero_()
+        rows = None if ctx.all_on else ctx.rows
+        xa = x.detach() if rows is None else x.detach()[rows]
+        if self.parallel == "vmap":
+            g = self._vgrad(self.space.unflatten(xa), *data)
+            if rows is None:
+                torch.cat([v.flatten(1) for v in g.values()], 1, out=out)
+            else:
+                out[rows] = torch.cat([v.flatten(1) for v in g.values()], 1)
+            self.n_grads += len(xa)
+            return out
+        for r, (xb, yb) in enumerate(data):
+            j = r if rows is None else int(rows[r])
+            leaves = {n: v.requires_grad_() for n, v in self.space.unflatten(xa[r]).items()}
             buf = ctx.extra["buf"][j] if self.bspace.P else None
-            loss = self.loss(self.forward(theta, xb, buf), yb)
-            g[j] = torch.autograd.grad(loss, theta)[0]
+            loss = self.loss(self._call(leaves, xb, buf), yb)
+            torch.cat([v.flatten() for v in torch.autograd.grad(loss, list(leaves.values()))], out=out[j])
             self.n_grads += 1
-        return g
+        return out
+
+    def _vgrad(self, params, xb, yb, W):
+        """Per-client gradients of all active clients in one vmapped call."""
+        if W is None:
+            f = lambda p, xb, yb: self.loss(self._call(p, xb), yb)                     # noqa: E731
+            return torch.func.vmap(torch.func.grad(f))(params, xb, yb)
+        f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
+        return torch.func.vmap(torch.func.grad(f))(params, xb, yb, W)
+
+    def step(self, ctx: RoundCtx, x: torch.Tensor, d: torch.Tensor, decay: float) -> None:
+        """x <- x (1 - eta c) - eta clip(d) in place (two passes over the active rows); clients past their own
+        K_i stay put. clip(d) = d min(1, C / (||d|| + 1e-6)) row-wise."""
+        keep, s = 1.0 - ctx.lr * decay, -ctx.lr
+        if not ctx.all_on:
+            d = d[ctx.rows]
+        if self.cfg.clip > 0:
+            s = torch.clamp(self.cfg.clip / (d.norm(dim=1, keepdim=True) + 1e-6), max=1.0).mul_(-ctx.lr)
+        xa = x if ctx.all_on else x[ctx.rows]
+        if keep != 1.0:
+            xa.mul_(keep)
+        xa.addcmul_(d, s) if torch.is_tensor(s) else xa.add_(d, alpha=s)
+        if not ctx.all_on:
+            x[ctx.rows] = xa
 
     # ---- one round --------------------------------------------------------------------------------
     def round(self) -> RoundCtx:
@@ -262,14 +396,10 @@ class Run:
         ctx.x0 = x.clone()
         algo.round_start(self, ctx)
         for k in range(int(ctx.K.max())):
-            ctx.k, ctx.active = k, ctx.K > k
+            self.set_step(ctx, k)
             g = algo.gradient(self, ctx, x, k)
-            d, post = algo.direction(self, ctx, x, g)
-            if cfg.clip > 0:
-                norm = d.norm(dim=1, keepdim=True)
-                d = d * torch.clamp(cfg.clip / (norm + 1e-6), max=1.0)
-            d = d + post
-            x = torch.where(ctx.active[:, None].to(x.device), x - ctx.lr * d, x)
+            d, decay = algo.direction(self, ctx, x, g)
+            self.step(ctx, x, d, decay)
             algo.after_step(self, ctx, x)
             for cb in self.callbacks:
                 cb("step", self, ctx, x)
@@ -280,7 +410,7 @@ class Run:
         if self.bspace.P:
             self.buf = ctx.extra["buf"].mean(0)
         if self.last_local is not None:
-            self.last_local[ctx.S] = x
+            self.put(self.last_local, ctx.S, x)
         self.last_round[ctx.S] = self.t
         self.t += 1
         for cb in self.callbacks:
@@ -289,7 +419,8 @@ class Run:
 
     # ---- evaluation ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, X: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor | None = None, bs: int = 1000):
+    def evaluate(self, X: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor | None = None, bs: int | None = None):
+        bs = bs or (4096 if self.device.type == "cuda" else 1000)      # large batches; evaluation holds no graph
         self.model.eval()
         theta = self.w if theta is None else theta
         loss = correct = 0.0
@@ -299,11 +430,15 @@ class Run:
             correct += (out.argmax(1) == Y[s:s + bs]).sum().item()
         return loss / len(X), correct / len(X)
 
-    def metrics(self, seconds: float, ctx: RoundCtx) -> dict:
+    def metrics(self, seconds: float, ctx: RoundCtx, full: bool = True) -> dict:
+        """The round's row; the test numbers on the whole test set, or (``full=False``) on the fixed subsample
+        ``eval_test`` (--eval-samples). ``test_samples`` says which."""
         tr = self.evaluate(self.X[self.eval_train], self.Y[self.eval_train])
-        te = self.evaluate(self.Xte, self.Yte)
+        Xte, Yte = (self.Xte, self.Yte) if full or not len(self.eval_test) else \
+            (self.Xte[self.eval_test], self.Yte[self.eval_test])
+        te = self.evaluate(Xte, Yte)
         row = {"round": self.t, "lr": ctx.lr, "train_loss": tr[0], "train_acc": tr[1], "test_loss": te[0],
-               "test_acc": te[1], "n_active": ctx.n, "seconds": seconds}
+               "test_acc": te[1], "test_samples": len(Yte), "n_active": ctx.n, "seconds": seconds}
         row.update(self.algo.comm(self, ctx))
         return row
 

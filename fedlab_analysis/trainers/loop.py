@@ -48,16 +48,21 @@ def restore(run: Run, ck: dict) -> None:
     run.w = run.space.flatten(ck["global"]).to(**dev)
     if run.bspace.P:
         run.buf = run.bspace.flatten(ck["buffers"]).to(**dev)
-    for k, v in ck["algo_state"].items():
-        run.state[k] = v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype)
+    for k, v in ck["algo_state"].items():             # into the tables in place: they keep their device
+        if k in run.state and run.state[k].shape == v.shape:
+            run.state[k].copy_(v)
+        else:
+            run.state[k] = v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype)
     if ck.get("clients"):
-        run.last_local = ck["clients"]["models"].to(**dev)
+        models = ck["clients"]["models"]
+        run.last_local = run.last_local.copy_(models) if run.last_local is not None else models.to(**dev)
         run.last_round = ck["clients"]["rounds"].to(run.device)
     run.space = run.space.from_table(ck["layers"])
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads", "on_divergence"}
+_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "eval_samples", "device", "threads",
+                "client_parallel", "state_device", "on_divergence"}
 
 
 def _diverged(run: Run, row: dict | None) -> str | None:
@@ -123,7 +128,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
 def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: list) -> Run:
     if out is not None:
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
-        rundir.write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=1) + "\n")
+        rundir.write_text(out / "config.json", json.dumps(run.cfg.to_dict(), indent=1) + "\n")   # choices resolved
         rundir.write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
     run.out = out
     show = not cfg.quiet and sys.stderr.isatty()
@@ -143,8 +148,10 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
             rows = getattr(cb, "rows", None) or []
             probed.extend(rows[consumed[j]:])
             consumed[j] = len(rows)
-        if run.t % cfg.eval_every == 0 or run.t == cfg.rounds or probed:
-            row = {**run.metrics(seconds, ctx), **({"probes": probed} if probed else {})}
+        full = run.t % cfg.eval_every == 0 or run.t == cfg.rounds
+        if full or probed or cfg.eval_samples:       # --eval-samples: a fixed test subsample in between
+            row = run.metrics(seconds, ctx, full=full or not cfg.eval_samples)
+            row.update({"probes": probed} if probed else {})
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
         why = None if marked else _diverged(run, row)
         if why is not None:

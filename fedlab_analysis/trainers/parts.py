@@ -15,6 +15,11 @@ def _normalize(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
     return v / (v.norm(dim=-1, keepdim=True) + eps)
 
 
+def _normalize_(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
+    """``_normalize`` in place (the same arithmetic, no new [n, P] tensor)."""
+    return v.div_(v.norm(dim=-1, keepdim=True) + eps)
+
+
 class Part:
     """No-op hooks; a part overrides the ones it needs."""
     comm = (0, 0, 0)          # extra (down, up, stored-per-client) model-sized vectors
@@ -23,7 +28,7 @@ class Part:
     def init(self, run): ...
     def start(self, run, ctx, x): return x
     def round_start(self, run, ctx): ...
-    def direction(self, run, ctx, x, d, post): return d, post
+    def direction(self, run, ctx, x, d, decay): return d, decay   # see Algorithm.direction
     def after_step(self, run, ctx, x): ...
     def client_end(self, run, ctx, x): ...
     aggregate = None          # a part that decides the new global model defines aggregate(run, ctx, x) -> w
@@ -59,14 +64,14 @@ class SAM(Plain):
         self.rho = rho
 
     def ascent(self, run, ctx, g0, x):
-        return self.rho * _normalize(g0)
+        return _normalize_(g0).mul_(self.rho)          # g0 is this step's own tensor
 
     def gradient(self, run, ctx, x, k):
-        data = {j: run.batch(ctx, j, k) for j in ctx.active.nonzero().flatten().tolist()}
+        data = run.step_data(ctx, k)
         g0 = run.grads(ctx, x, k, data)
         delta = self.ascent(run, ctx, g0, x)
         ctx.extra["delta"] = delta                    # this step's perturbation, for drift probes
-        return run.grads(ctx, x + delta, k, data)
+        return run.grads(ctx, torch.add(x, delta, out=run.scratch("x_pert", x)), k, data)
 
 
 class SMOO(SAM):
@@ -76,22 +81,30 @@ class SMOO(SAM):
     comm = (1, 1, 1)
 
     def init(self, run):
-        run.state["mu"] = run.zeros(run.m)
+        run.state["mu"] = run.table()
         run.state["s"] = run.zeros()
 
     def round_start(self, run, ctx):
+        ctx.extra["mu"] = run.rows(run.state["mu"], ctx.S)     # gathered once per round; written back at client_end
         ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
 
     def ascent(self, run, ctx, g0, x):
-        S, act = ctx.S, ctx.active[:, None].to(run.device)
-        mu, s = run.state["mu"][S], run.state["s"]
-        s_hat = self.rho * _normalize(g0 - mu - s)
-        run.state["mu"][S] = torch.where(act, mu + s_hat - s, mu)
-        ctx.extra["s_hat"] = torch.where(act, s_hat, ctx.extra["s_hat"])
+        mu, s = ctx.extra["mu"], run.state["s"]
+        s_hat = _normalize_(g0.sub_(mu).sub_(s)).mul_(self.rho)     # r a / ||a||, a = g - mu_i - s (in place)
+        if ctx.all_on:                                  # every client steps: update in place, no masks
+            mu.add_(s_hat).sub_(s)
+            ctx.extra["s_hat"].copy_(s_hat)             # s_hat lives in a reused gradient buffer
+        else:
+            r = ctx.rows
+            mu[r] = mu[r] + s_hat[r] - s
+            ctx.extra["s_hat"][r] = s_hat[r]
         return s_hat
 
+    def client_end(self, run, ctx, x):
+        run.put(run.state["mu"], ctx.S, ctx.extra["mu"])
+
     def server_end(self, run, ctx, x, w_new):
-        mu = run.state["mu"][ctx.S]
+        mu = ctx.extra["mu"]
         v = mu if run.cfg.smoo_server == "code" else mu - ctx.extra["s_hat"]
         run.state["s"] = self.rho * _normalize(v.mean(0))
 
@@ -105,7 +118,7 @@ class LESAM(Plain):
         self.comm = (0, 0, 1) if source == "client_old" else (1, 0, 0)
 
     def init(self, run):
-        run.state["w_old"] = run.zeros(run.m)
+        run.state["w_old"] = run.table()
         run.state["seen"] = torch.zeros(run.m, dtype=torch.bool, device=run.device)
         run.state["last_update"] = run.zeros()        # w^t - w^{t-1}; zero before the first round
 
@@ -120,14 +133,14 @@ class LESAM(Plain):
         else:
             seen = run.state["seen"][ctx.S][:, None]
             first = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[self.first]
-            u = torch.where(seen, run.state["w_old"][ctx.S] - w, first.expand(ctx.n, -1))
+            u = torch.where(seen, run.rows(run.state["w_old"], ctx.S) - w, first.expand(ctx.n, -1))
         ctx.extra["delta"] = self.rho * _normalize(u)
 
     def gradient(self, run, ctx, x, k):
-        return run.grads(ctx, x + ctx.extra["delta"], k)
+        return run.grads(ctx, torch.add(x, ctx.extra["delta"], out=run.scratch("x_pert", x)), k)
 
     def client_end(self, run, ctx, x):
-        run.state["w_old"][ctx.S] = ctx.w
+        run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
         run.state["seen"][ctx.S] = True
 
     def server_end(self, run, ctx, x, w_new):
@@ -156,8 +169,8 @@ class Prox(Part):
     def round_start(self, run, ctx):
         ctx.extra["prox_corr"] = self.mu * anchor(run, ctx)
 
-    def direction(self, run, ctx, x, d, post):
-        return d - ctx.extra["prox_corr"], post + self.mu * x
+    def direction(self, run, ctx, x, d, decay):
+        return d.sub_(ctx.extra["prox_corr"]), decay + self.mu
 
 
 class Scaffold(Part):
@@ -171,19 +184,20 @@ class Scaffold(Part):
 
     def init(self, run):
         run.state["c"] = run.zeros()
-        run.state["c_i"] = run.zeros(run.m)
+        run.state["c_i"] = run.table()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - run.state["c_i"][ctx.S])
+        ctx.extra["c_i"] = run.rows(run.state["c_i"], ctx.S)
+        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - ctx.extra["c_i"])
 
-    def direction(self, run, ctx, x, d, post):
-        return d + ctx.extra["scaffold_corr"], post
+    def direction(self, run, ctx, x, d, decay):
+        return d.add_(ctx.extra["scaffold_corr"]), decay
 
     def client_end(self, run, ctx, x):
-        c_i = run.state["c_i"][ctx.S]
+        c_i = ctx.extra["c_i"]
         new = c_i - run.state["c"] - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
         ctx.extra["dc"] = new - c_i
-        run.state["c_i"][ctx.S] = new
+        run.put(run.state["c_i"], ctx.S, new)
 
     def server_end(self, run, ctx, x, w_new):
         run.state["c"] = run.state["c"] + ctx.extra["dc"].sum(0) / run.m
@@ -200,17 +214,18 @@ class Dyn(Part):
         self.lamb = lamb
 
     def init(self, run):
-        run.state["h"] = run.zeros(run.m)
+        run.state["h"] = run.table()
         run.state["H"] = run.zeros()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["dyn_corr"] = self.lamb * (run.state["h"][ctx.S] - anchor(run, ctx))
+        ctx.extra["h"] = run.rows(run.state["h"], ctx.S)
+        ctx.extra["dyn_corr"] = self.lamb * (ctx.extra["h"] - anchor(run, ctx))
 
-    def direction(self, run, ctx, x, d, post):
-        return d + ctx.extra["dyn_corr"], post + self.lamb * x
+    def direction(self, run, ctx, x, d, decay):
+        return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
 
     def client_end(self, run, ctx, x):
-        run.state["h"][ctx.S] += ctx.delta
+        run.put(run.state["h"], ctx.S, ctx.extra["h"] + ctx.delta)
 
     def aggregate(self, run, ctx, x):
         run.state["H"] = run.state["H"] + ctx.delta.sum(0) / run.m
@@ -229,11 +244,13 @@ class Momentum(Part):
     def init(self, run):
         run.state["D"] = run.zeros()
 
-    def direction(self, run, ctx, x, d, post):
+    def round_start(self, run, ctx):
+        ctx.extra["cm_D"] = (1 - self.alpha) * run.state["D"]       # constant within the round
+
+    def direction(self, run, ctx, x, d, decay):
         if self.wd_inside:                    # move the weight-decay term from post-clip into alpha * g (exactly)
-            wd_x = ctx.extra["wd_x"]
-            d, post = d + wd_x, post - wd_x
-        return self.alpha * d + (1 - self.alpha) * run.state["D"], post
+            d, decay = d.add_(run.cfg.wd * x), decay - run.cfg.wd
+        return d.mul_(self.alpha).add_(ctx.extra["cm_D"]), decay
 
     def server_end(self, run, ctx, x, w_new):
         run.state["D"] = -(ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)).mean(0)
@@ -252,7 +269,7 @@ class RelaxedInit(Part):
         self.beta, self.agg = beta, agg
 
     def start(self, run, ctx, x):
-        return x + self.beta * (ctx.w - run.last_local[ctx.S])
+        return x + self.beta * (ctx.w - run.rows(run.last_local, ctx.S))
 
 
 # ---- server rules ----------------------------------------------------------------------------------
