@@ -266,10 +266,12 @@ def _ray(tasks, address, workers, resources, done):
         kw = {} if address else {"num_cpus": workers}
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **kw)
     try:
-        # workers import this package from where the driver found it, ahead of their own path
+        # workers import this package from where the driver found it (a source checkout on PYTHONPATH is
+        # inherited by a local runtime; on a cluster, install the package on every node)
         root = str(Path(__file__).resolve().parents[1])
-        env = {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}}
-        remote = ray.remote(_worker()).options(max_retries=0, runtime_env=env, **resources)
+        inherited = root in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        env = {} if inherited else {"runtime_env": {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}}}
+        remote = ray.remote(_worker()).options(max_retries=0, **env, **resources)
         pending = {remote.remote(t): t for t in tasks}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)

@@ -1,0 +1,174 @@
+"""Sweeps: one run directory per resolved config, the local pool and a real Ray runtime agree bit for bit,
+an interrupted sweep resumes without retraining, a failing run is recorded and the sweep goes on, and bad sweep
+files are one line with exit 2 before anything is written."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedlab_analysis import sweep
+from fedlab_analysis.config import RunConfig
+
+TINY = dict(dataset="digits", model="logreg", clients=4, active_ratio=0.5, rounds=2, local_steps=2, batch_size=16,
+            eval_train_samples=200)
+SPEC = {"base": TINY, "grid": {"algo": ["fedavg", "fedsam"], "dir_alpha": [0.3, 1.0], "seed": [0, 1]},
+        "probes": ["hessian --top-k 1 --max-iter 20"]}
+
+
+def _strip(x):
+    """A run's numbers without wall-clock timings or absolute paths."""
+    if isinstance(x, dict):
+        return {k: _strip(v) for k, v in x.items() if "second" not in k and k != "checkpoint"}
+    if isinstance(x, (list, tuple)):
+        return [_strip(v) for v in x]
+    return x
+
+
+def numbers(out: Path) -> dict:
+    """{run name: (config, metrics rows, probe results)} for every run directory of a sweep."""
+    res = {}
+    for d in sorted(p for p in out.iterdir() if p.is_dir()):
+        rows = [json.loads(s) for s in (d / "metrics.jsonl").read_text().splitlines()]
+        probes = {f.name: json.loads(f.read_text()) for f in sorted((d / "probes").glob("*.json"))}
+        res[d.name] = _strip((json.loads((d / "config.json").read_text()), rows, probes))
+    return res
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "local"
+    df = sweep.run(SPEC, out=out, backend="local", workers=1, quiet=True)     # in this process
+    return out, df
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_local_sweep_layout(local_sweep):
+    out, df = local_sweep
+    assert len(df) == 8 and (df["status"] == "done").all()
+    index = json.loads((out / "sweep.json").read_text())
+    assert sorted(r["name"] for r in index["runs"]) == sorted(df["name"]) and len(set(df["name"])) == 8
+    for _, r in df.iterrows():
+        d = out / r["name"]
+        assert (d / "config.json").exists() and (d / "ckpt" / "last.pt").exists() and (d / "done.json").exists()
+        cfg = json.loads((d / "config.json").read_text())
+        assert (cfg["algo"], cfg["dir_alpha"], cfg["seed"]) == (r["algo"], r["dir_alpha"], r["seed"])
+        assert r["name"] == sweep.run_name(RunConfig.from_dict(cfg))
+        rows = [json.loads(s) for s in (d / "metrics.jsonl").read_text().splitlines()]
+        assert [x["round"] for x in rows] == [1, 2] and r["test_acc"] == rows[-1]["test_acc"]
+        hess = json.loads((d / "probes" / "hessian.json").read_text())
+        assert r["hessian.eigenvalues.0"] == hess["eigenvalues"][0] > 0
+
+
+def test_ray_backend_matches_local(local_sweep, ray_runtime, tmp_path):
+    out, df = local_sweep
+    dr = sweep.run(SPEC, out=tmp_path / "ray", backend="ray", quiet=True)
+    assert (dr["status"] == "done").all()
+    assert sorted(dr["name"]) == sorted(df["name"])
+    assert numbers(tmp_path / "ray") == numbers(out)            # same directories, same numbers, bit for bit
+
+
+@pytest.mark.slow
+def test_local_process_pool_matches_in_process(local_sweep, tmp_path):
+    out, df = local_sweep
+    dp = sweep.run(SPEC, out=tmp_path / "pool", backend="local", workers=2, quiet=True)     # spawn pool
+    assert sorted(dp["name"]) == sorted(df["name"]) and numbers(tmp_path / "pool") == numbers(out)
+
+
+def test_interrupted_sweep_resumes_without_retraining(local_sweep, tmp_path):
+    src, df = local_sweep
+    out = tmp_path / "resume"
+    shutil.copytree(src, out)                                   # copy2: modification times kept
+    names = sorted(df["name"])
+    gone, partial, kept = names[:2], names[2], names[3:]
+    for n in gone:                                              # never started
+        shutil.rmtree(out / n)
+    (out / partial / "done.json").unlink()                      # killed after its first round (no checkpoint yet)
+    shutil.rmtree(out / partial / "ckpt")
+    shutil.rmtree(out / partial / "probes")
+    m = out / partial / "metrics.jsonl"
+    m.write_text(m.read_text().splitlines()[0] + "\n")
+    files = [f for n in kept for f in (out / n).rglob("*") if f.is_file()]
+    before = {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in files}
+
+    dr = sweep.run(SPEC, out=out, backend="local", workers=1, quiet=True)
+    assert (dr["status"] == "done").all() and len(dr) == 8
+    assert {f: (f.stat().st_mtime_ns, f.read_bytes()) for f in files} == before      # finished runs untouched
+    assert numbers(out) == numbers(src)                         # the redone runs reproduce the originals
+
+
+def test_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    # digits has too few samples for 5000 clients: that run raises at start-up, after validation passed
+    spec = {"base": {**TINY, "partition": "iid", "rounds": 1}, "grid": {"clients": [5000, 4]}}
+    path = tmp_path / "fail.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out), "--workers", "1", "--quiet"]) == 1
+    assert "1 failed" in capsys.readouterr().out
+    index = {r["cell"]["clients"]: r for r in json.loads((out / "sweep.json").read_text())["runs"]}
+    assert index[4]["status"] == "done" and index[5000]["status"] == "failed"
+    assert "--clients" in index[5000]["error"]
+    failed = Path(index[5000]["path"]) / "failed.json"
+    assert "--clients" in json.loads(failed.read_text())["error"]
+    stamp = failed.stat().st_mtime_ns
+    assert sweep.main([str(path), "--out", str(out), "--workers", "1", "--quiet"]) == 1
+    assert failed.stat().st_mtime_ns == stamp                   # not retried without --retry-failed
+    assert sweep.main([str(path), "--out", str(out), "--workers", "1", "--quiet", "--retry-failed"]) == 1
+    assert failed.stat().st_mtime_ns != stamp                   # retried (and fails again)
+
+
+def test_names_hash_the_resolved_config():
+    a = RunConfig(algo="fedsam", rho=None, quiet=True)
+    assert sweep.run_name(a) == sweep.run_name(RunConfig(algo="fedsam", rho=0.1, threads=3))     # paper default
+    assert sweep.run_name(a) != sweep.run_name(RunConfig(algo="fedsam", rho=0.2))
+    assert sweep.run_name(a) != sweep.run_name(RunConfig(algo="fedsam", seed=1))
+
+
+BAD = {
+    "unknown base key": ({"base": {**TINY, "lrr": 0.1}, "grid": {"seed": [0]}}, "lrr"),
+    "unknown grid key": ({"base": TINY, "grid": {"algoo": ["fedavg"]}}, "algoo"),
+    "empty grid list": ({"base": TINY, "grid": {"algo": []}}, "grid algo"),
+    "no grid": ({"base": TINY}, "grid"),
+    "grid not a list": ({"base": TINY, "grid": {"seed": 3}}, "grid seed"),
+    "type error in base": ({"base": {**TINY, "clients": "four"}, "grid": {"seed": [0]}}, "clients"),
+    "type error in grid": ({"base": TINY, "grid": {"lr": [0.1, "fast"]}}, "lr"),
+    "bool for an int": ({"base": {**TINY, "rounds": True}, "grid": {"seed": [0]}}, "rounds"),
+    "out of range": ({"base": TINY, "grid": {"lr": [0.1, -1.0]}}, "--lr"),
+    "unknown algo": ({"base": TINY, "grid": {"algo": ["fedavg", "fedfoo"]}}, "fedfoo"),
+    "unknown probe": ({"base": TINY, "grid": {"seed": [0]}, "probes": ["hesian"]}, "hesian"),
+    "bad probe flag": ({"base": TINY, "grid": {"seed": [0]}, "probes": ["hessian --top-kk 1"]}, "--top-kk"),
+    "bad probe value": ({"base": TINY, "grid": {"seed": [0]}, "probes": ["trace --products x"]}, "--products"),
+    "unknown top-level key": ({"base": TINY, "grid": {"seed": [0]}, "seeds": [0, 1]}, "seeds"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_sweep_files_one_line_exit_2_nothing_written(case, tmp_path, capsys):
+    spec, needle = BAD[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()
+
+
+def test_example_sweeps_parse():
+    files = sorted(Path(__file__).parents[1].joinpath("sweeps").glob("*.yaml"))
+    assert len(files) >= 10
+    for f in files:
+        tasks, meta = sweep.plan(sweep.load(f), "/nonexistent/out", str(f))
+        assert tasks and len({t["name"] for t in tasks}) == len(tasks)
+        if f.stem.endswith("_full"):
+            assert all(t["config"]["dataset"] == "cifar10" and t["config"]["model"] == "resnet18gn" for t in tasks)
+        else:
+            assert (f.parent / f"{f.stem}_full.yaml").exists(), f"{f.name} has no full-scale variant"
