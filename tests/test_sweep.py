@@ -172,3 +172,29 @@ def test_example_sweeps_parse():
             assert all(t["config"]["dataset"] == "cifar10" and t["config"]["model"] == "resnet18gn" for t in tasks)
         else:
             assert (f.parent / f"{f.stem}_full.yaml").exists(), f"{f.name} has no full-scale variant"
+
+
+def test_report_on_the_sweep_matches_metrics_jsonl(local_sweep, capsys):
+    import numpy as np
+
+    from fedlab_analysis import report
+    out, _ = local_sweep
+    assert report.main([str(out), "--last-k", "2", "--no-plot"]) == 0
+    printed = capsys.readouterr().out
+    s = report.summary(out, last_k=2)
+    cells = {}
+    for d in out.iterdir():
+        if d.is_dir():
+            cfg = json.loads((d / "config.json").read_text())
+            rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+            hess = json.loads((d / "probes" / "hessian.json").read_text())["eigenvalues"][0]
+            cells.setdefault((cfg["algo"], cfg["dir_alpha"]), []).append(
+                (rows[-1]["test_acc"], max(r["test_acc"] for r in rows[-2:]), hess))
+    assert len(cells) == 4
+    for (algo, a), seeds in cells.items():
+        v = np.array(seeds)                                     # [seed, (final, best of last 2, hessian)]
+        for j, q in enumerate(("test_acc", "test_acc (best of last 2)", "hessian.eigenvalues.0")):
+            got = s[(s["algo"] == algo) & (s["dir_alpha"] == a) & (s["quantity"] == q)].iloc[0]
+            assert got["n"] == 2
+            np.testing.assert_allclose([got["mean"], got["std"]], [v[:, j].mean(), v[:, j].std(ddof=1)], rtol=1e-12)
+            assert report.fmt(v[:, j].mean(), v[:, j].std(ddof=1), 2) in printed
