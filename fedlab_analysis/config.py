@@ -97,6 +97,8 @@ class RunConfig:
     probe_steps: str | None = _f(None, "local steps at which step-level probes record, e.g. '0,5,10' or 'all' "
                                  "(default: the last step)")
     quiet: bool = _f(False, "no progress bar")
+    tensorboard: bool = _f(False, "also log each metrics row to OUT/tb for TensorBoard (needs the tensorboard extra; "
+                           "metrics.jsonl stays the record)")
 
     # ------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:

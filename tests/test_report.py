@@ -58,3 +58,18 @@ def test_compare_runs(done, tmp_path, capsys):
     assert f"{final:.4f}" in out
     assert compare.main([str(done)]) == 0 and "6 runs" in capsys.readouterr().out
     assert compare.main([str(tmp_path / "nope")]) == 2
+
+
+def test_tensorboard_mirrors_metrics_jsonl(tiny_cfg, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fedlab_analysis.plots import read_metrics
+    from fedlab_analysis.trainers.loop import train
+    train(tiny_cfg(tensorboard=True), tmp_path)
+    ev = EventAccumulator(str(tmp_path / "tb"))
+    ev.Reload()
+    rows = read_metrics(tmp_path)
+    for key in ("test_acc", "train_loss"):
+        events = ev.Scalars(key)
+        assert [e.step for e in events] == [r["round"] for r in rows] == [1, 2, 3]
+        assert [e.value for e in events] == pytest.approx([r[key] for r in rows], rel=1e-6)   # float32 in events

@@ -49,7 +49,25 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads"}
+_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "device", "threads", "tensorboard"}
+
+
+def _tensorboard(cfg: RunConfig, out):
+    """--tensorboard: TensorBoard's SummaryWriter class (imported only when asked for), else None."""
+    if not cfg.tensorboard or out is None:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard: the tensorboard package is not installed; pip install -e .[tensorboard]") \
+            from None
+    return SummaryWriter
+
+
+def _log_scalars(tb, row: dict) -> None:
+    for k, v in row.items():
+        if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            tb.add_scalar(k, v, row["round"])
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
@@ -67,6 +85,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
             raise UserError(f"--resume: the config differs from the run's in {', '.join(diff)}; "
                             f"resume with the same settings (only --rounds may grow)")
     run = Run(cfg, dataset=dataset)                  # validates everything before a file is written
+    tb_writer, tb = _tensorboard(cfg, out), None
     run.callbacks.extend(callbacks)
     if prior is not None:
         restore(run, prior)
@@ -76,6 +95,8 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         mpath = out / "metrics.jsonl"
         rows = [json.loads(s) for s in mpath.read_text().splitlines()] if resume and mpath.exists() else []
         mpath.write_text("".join(json.dumps(r) + "\n" for r in rows if r["round"] <= run.t))
+        if tb_writer is not None:                    # a resumed run drops the events of rounds it will redo
+            tb = tb_writer(log_dir=str(out / "tb"), purge_step=run.t + 1 if resume else None)
     show = not cfg.quiet and sys.stderr.isatty()
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
@@ -97,12 +118,16 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
             if out is not None:
                 with open(out / "metrics.jsonl", "a") as fh:
                     fh.write(json.dumps(row) + "\n")
+                if tb is not None:
+                    _log_scalars(tb, row)
         saved = None                                 # last.pt follows every checkpoint, so --resume works
         if out is not None and cfg.ckpt_every and run.t % cfg.ckpt_every == 0:   # after an interruption too
             saved = checkpoint.save(to_checkpoint(run, row), out / "ckpt" / f"round_{run.t:04d}.pt")
             checkpoint.alias(saved, out / "ckpt" / "last.pt")
         bar.update(1)
     bar.close()
+    if tb is not None:
+        tb.close()
     if out is not None and saved is None:            # the final round was not saved above
         checkpoint.save(to_checkpoint(run, row), out / "ckpt" / "last.pt")
     run.last_row = row
