@@ -25,27 +25,34 @@ FORMATS = {"md": ".md", "csv": ".csv", "latex": ".tex"}
 
 # ---- reading the runs ---------------------------------------------------------------------------------
 def _run_dirs(d: Path) -> list[Path]:
+    return [p for p, _ in _entries(d)]
+
+
+def _entries(d: Path) -> list[tuple[Path, dict | None]]:
+    """(run directory, its grid cell) for each finished run; the cell is None outside a sweep."""
     if (d / "sweep.json").exists():
         index = json.loads((d / "sweep.json").read_text())
-        return [Path(r["path"]) if Path(r["path"]).exists() else d / r["name"]
+        return [(Path(r["path"]) if Path(r["path"]).exists() else d / r["name"], r["cell"])
                 for r in index["runs"] if r["status"] == "done"]
-    return sorted(p.parent for p in d.glob("*/metrics.jsonl"))
+    return [(p.parent, None) for p in sorted(d.glob("*/metrics.jsonl"))]
 
 
 def runs(d) -> "pd.DataFrame":  # noqa: F821
-    """One row per finished run: the config keys that vary across runs, then name, path, seed."""
+    """One row per finished run: the keys that vary across runs (a sweep's grid keys, else config keys), then
+    seed, name, path."""
     import pandas as pd
     d = Path(d)
     if not d.is_dir():
         raise UserError(f"DIR: {str(d)!r} is not a directory")
-    dirs = _run_dirs(d)
-    if not dirs:
+    entries = _entries(d)
+    if not entries:
         raise UserError(f"DIR: no finished runs in {str(d)!r} (expected a sweep.json or run directories)")
-    configs = [json.loads((p / "config.json").read_text()) for p in dirs]
-    keys = [k for k in configs[0] if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
-    varying = [k for k in keys if k not in ("seed", "quiet", "threads", "tensorboard")]
-    rows = [{**{k: _hashable(c.get(k)) for k in varying}, "seed": c["seed"], "name": p.name, "path": str(p)}
-            for p, c in zip(dirs, configs)]
+    configs = [json.loads((p / "config.json").read_text()) for p, _ in entries]
+    cells = [cell if cell is not None else c for (_, cell), c in zip(entries, configs)]
+    keys = [k for k in cells[0] if len({json.dumps(c.get(k), sort_keys=True) for c in cells}) > 1
+            and k not in ("seed", "quiet", "threads", "tensorboard")]
+    rows = [{**{k: _hashable(cell.get(k)) for k in keys}, "seed": c["seed"], "name": p.name, "path": str(p)}
+            for (p, _), cell, c in zip(entries, cells, configs)]
     return pd.DataFrame(rows)
 
 

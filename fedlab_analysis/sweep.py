@@ -1,7 +1,8 @@
 """python -m fedlab_analysis.sweep SWEEP.yaml [--backend local|ray] [--address ADDR] [--workers N] [--out DIR]
 
 A sweep is a grid of ordinary runs. The YAML file names ``base:`` (RunConfig fields), ``grid:`` (any RunConfig
-key -> a list of values; the runs are the Cartesian product, ``seed`` included) and optional ``probes:`` (probe
+key -> a list of values; the runs are the Cartesian product, ``seed`` included; an entry may be a mapping that sets
+several keys together, e.g. ``algo: [fedavg, {algo: fedsam, rho: 0.01}]``) and optional ``probes:`` (probe
 command lines such as ``"hessian --top-k 1"``, run on each final checkpoint) and ``resources:`` (``num_cpus``,
 ``num_gpus`` per run, for Ray). Every run is one directory (config.json, metrics.jsonl, ckpt/) named by a short
 hash of its resolved config, so the same run is never trained twice: an interrupted or extended sweep resumes
@@ -111,6 +112,11 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
     return out
 
 
+def _dash(m: dict) -> dict:
+    """YAML keys may be spelled as flags (``dir-alpha``) or as fields (``dir_alpha``)."""
+    return {str(k).replace("-", "_"): v for k, v in m.items()}
+
+
 def load(path) -> dict:
     """Read a sweep file: ``{"base", "grid", "probes", "resources"}`` with keys as RunConfig field names."""
     import yaml
@@ -130,25 +136,30 @@ def plan(sweep: dict, out, source: str = "sweep") -> tuple[list[dict], dict]:
     unknown = sorted(set(sweep) - set(SWEEP_KEYS))
     if unknown:
         raise UserError(f"{source}: unknown top-level key {unknown[0]!r}; a sweep has {', '.join(SWEEP_KEYS)}")
-    dash = lambda m: {str(k).replace("-", "_"): v for k, v in m.items()}        # noqa: E731
     base, grid = sweep.get("base") or {}, sweep.get("grid")
     if not isinstance(base, dict):
         raise UserError(f"{source}: base must be a mapping of RunConfig fields")
     if not isinstance(grid, dict) or not grid:
         raise UserError(f"{source}: grid must map at least one config key to a list of values")
-    base, grid = dash(base), dash(grid)
+    base, grid = _dash(base), _dash(grid)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise UserError(f"{source}: grid {key} must be a non-empty list (got {values!r})")
-    resources = {**RESOURCES, **dash(sweep.get("resources") or {})}
+        for v in values:
+            if isinstance(v, dict) and key not in _dash(v):
+                raise UserError(f"{source}: grid {key}: an entry that sets several keys must set {key} too (got {v})")
+    resources = {**RESOURCES, **_dash(sweep.get("resources") or {})}
     if set(resources) != set(RESOURCES) or not all(_type_ok(v, "float") and v >= 0 for v in resources.values()):
         raise UserError(f"{source}: resources takes num_cpus and num_gpus, numbers >= 0 (got {resources})")
     probes = parse_probes(sweep.get("probes"), source)
     out, tasks, names = Path(out).resolve(), [], {}
     for combo in itertools.product(*grid.values()):
-        cell = dict(zip(grid, combo))
+        cell = {k: _label(k, v, grid[k]) for k, v in zip(grid, combo)}
         where = f"{source} [{', '.join(f'{k}={v}' for k, v in cell.items())}]"
-        cfg = validate_config({**base, **cell, "quiet": True}, where)
+        d = dict(base)
+        for k, v in zip(grid, combo):
+            d.update(_dash(v) if isinstance(v, dict) else {k: v})
+        cfg = validate_config({**d, "quiet": True}, where)
         name = run_name(cfg)
         if name in names:
             continue                      # two grid points that resolve to the same run: train it once
@@ -157,6 +168,17 @@ def plan(sweep: dict, out, source: str = "sweep") -> tuple[list[dict], dict]:
                       "probes": probes})
     return tasks, {"base": base, "grid": grid, "probes": {k: shlex.join(v) for k, v in probes.items()},
                    "resources": resources}
+
+
+def _label(key, v, values):
+    """A grid entry's name in tables: the value, or for ``{algo: fedsam, rho: 0.01}`` (keys set together) the
+    value of ``key``, with the other keys added where two entries share it."""
+    if not isinstance(v, dict):
+        return v
+    v = _dash(v)
+    if sum((_dash(u)[key] if isinstance(u, dict) else u) == v[key] for u in values) == 1:
+        return v[key]
+    return f"{v[key]} ({', '.join(f'{k}={x}' for k, x in v.items() if k != key)})"
 
 
 # ---- names: a short hash of the resolved config ----------------------------------------------------------

@@ -132,6 +132,16 @@ def test_names_hash_the_resolved_config():
     assert sweep.run_name(a) != sweep.run_name(RunConfig(algo="fedsam", seed=1))
 
 
+def test_grid_entries_that_set_several_keys(tmp_path):
+    spec = {"base": TINY, "grid": {"algo": ["fedavg", {"algo": "fedsam", "rho": 0.01}, {"algo": "fedsmoo", "rho": 0.1},
+                                            {"algo": "fedsmoo", "rho": 0.2}], "seed": [0, 1]}}
+    tasks, _ = sweep.plan(spec, tmp_path)
+    cells = [(t["cell"]["algo"], t["config"]["algo"], t["config"]["rho"]) for t in tasks[::2]]
+    assert cells == [("fedavg", "fedavg", None), ("fedsam", "fedsam", 0.01), ("fedsmoo (rho=0.1)", "fedsmoo", 0.1),
+                     ("fedsmoo (rho=0.2)", "fedsmoo", 0.2)]
+    assert not list(tmp_path.iterdir())                         # planning writes nothing
+
+
 BAD = {
     "unknown base key": ({"base": {**TINY, "lrr": 0.1}, "grid": {"seed": [0]}}, "lrr"),
     "unknown grid key": ({"base": TINY, "grid": {"algoo": ["fedavg"]}}, "algoo"),
@@ -147,6 +157,7 @@ BAD = {
     "bad probe flag": ({"base": TINY, "grid": {"seed": [0]}, "probes": ["hessian --top-kk 1"]}, "--top-kk"),
     "bad probe value": ({"base": TINY, "grid": {"seed": [0]}, "probes": ["trace --products x"]}, "--products"),
     "unknown top-level key": ({"base": TINY, "grid": {"seed": [0]}, "seeds": [0, 1]}, "seeds"),
+    "entry without its key": ({"base": TINY, "grid": {"algo": [{"rho": 0.1}]}}, "grid algo"),
 }
 
 
@@ -169,7 +180,8 @@ def test_example_sweeps_parse():
         tasks, meta = sweep.plan(sweep.load(f), "/nonexistent/out", str(f))
         assert tasks and len({t["name"] for t in tasks}) == len(tasks)
         if f.stem.endswith("_full"):
-            assert all(t["config"]["dataset"] == "cifar10" and t["config"]["model"] == "resnet18gn" for t in tasks)
+            assert all(t["config"]["dataset"] == "cifar10" and t["config"]["device"] == "cuda" for t in tasks)
+            assert meta["resources"]["num_gpus"] >= 1
         else:
             assert (f.parent / f"{f.stem}_full.yaml").exists(), f"{f.name} has no full-scale variant"
 
