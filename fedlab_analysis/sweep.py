@@ -52,6 +52,14 @@ def _type_ok(value, annotation: str) -> bool:
     return any(checks[k](value) for k in kinds if k in checks)
 
 
+def _sci(v) -> bool:
+    """'1e-3': YAML 1.1 (PyYAML) reads a number without a decimal point and with an exponent as a string."""
+    try:
+        return isinstance(v, str) and "e" in v.lower() and bool(float(v) == float(v))
+    except ValueError:
+        return False
+
+
 def validate_config(d: dict, source: str) -> RunConfig:
     """One resolved cell -> a validated RunConfig, or a UserError naming ``source`` (the sweep file and cell).
     Types are checked against the dataclass annotations, then ``RunConfig.validate()`` checks ranges."""
@@ -60,7 +68,8 @@ def validate_config(d: dict, source: str) -> RunConfig:
         if key not in names:
             raise UserError(f"{source}: unknown config key {key!r}; see python -m fedlab_analysis.train --help")
         if not _type_ok(value, str(names[key].type)):
-            raise UserError(f"{source}: {key} must be {names[key].type} (got {value!r})")
+            hint = f"; YAML reads {value} as text: write 1.0e-3, not 1e-3" if _sci(value) else ""
+            raise UserError(f"{source}: {key} must be {names[key].type} (got {value!r}){hint}")
     try:
         return RunConfig.from_dict(d).validate()
     except UserError as e:
@@ -243,12 +252,19 @@ def run_one(task: dict) -> dict:
                   "probes": {label: r.get("summary") for label, r in results.items()}}
         _write_json(path / "done.json", record)
     except Exception as e:                    # noqa: BLE001  (any failure of one run is recorded, not fatal)
-        path.mkdir(parents=True, exist_ok=True)
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        record = {"status": "failed", "error": f"{type(e).__name__}: {msg}", "traceback": traceback.format_exc(),
-                  "seconds": time.perf_counter() - t0}
-        _write_json(path / "failed.json", record)
-    return {**task, "status": record["status"], "error": record.get("error")}
+        return failed(task, e, time.perf_counter() - t0)
+    return {**task, "status": "done"}
+
+
+def failed(task: dict, e: BaseException, seconds: float | None = None) -> dict:
+    """Record ``e`` in RUN/failed.json (also for a worker process that died, from the driver)."""
+    path = Path(task["path"])
+    path.mkdir(parents=True, exist_ok=True)
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    error = f"{type(e).__name__}: {msg}"
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    _write_json(path / "failed.json", {"status": "failed", "error": error, "traceback": tb, "seconds": seconds})
+    return {**task, "status": "failed", "error": error}
 
 
 # ---- backends --------------------------------------------------------------------------------------------
@@ -266,46 +282,54 @@ def _local(tasks, workers: int, done):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_worker(), t) for t in tasks]
+        futures = {pool.submit(_worker(), t): t for t in tasks}
         try:
             for f in as_completed(futures):
-                done(f.result())
+                try:
+                    done(f.result())
+                except Exception as e:        # noqa: BLE001  (a worker process died: out of memory, a crash)
+                    done(failed(futures[f], e))
         except KeyboardInterrupt:
             pool.shutdown(cancel_futures=True)
             raise
 
 
-def _ray(tasks, address, workers, resources, done):
-    """One Ray task per run with ``resources`` (num_cpus, num_gpus); uses a running Ray if this process has one,
-    else ``ray.init(address)`` (a local Ray runtime when no address is given)."""
+def _ray_start(address, workers):
+    """Ray, started here unless this process already holds a runtime: ``ray.init(address)``, or a local runtime
+    with ``workers`` CPUs when no address is given. Returns (ray, whether we started it)."""
     try:
         import ray
     except ImportError:
         raise UserError("--backend ray: ray is not installed; pip install -e .[ray] (or use --backend local)") \
             from None
-    started = not ray.is_initialized()
-    if started:
-        kw = {} if address else {"num_cpus": workers}
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, **kw)
+    if ray.is_initialized():
+        return ray, False
+    kw = {} if address else {"num_cpus": workers}
     try:
-        # workers import this package from where the driver found it (a source checkout on PYTHONPATH is
-        # inherited by a local runtime; on a cluster, install the package on every node)
-        root = str(Path(__file__).resolve().parents[1])
-        inherited = root in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-        env = {} if inherited else {"runtime_env": {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}}}
-        remote = ray.remote(_worker()).options(max_retries=0, **env, **resources)
-        pending = {remote.remote(t): t for t in tasks}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                task = pending.pop(ref)
-                try:
-                    done(ray.get(ref))
-                except ray.exceptions.RayError as e:      # the worker died (out of memory, node lost)
-                    done({**task, "status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
-    finally:
-        if started:
-            ray.shutdown()
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, **kw)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise UserError(f"--address: cannot reach a Ray cluster at {address!r} ({str(e).splitlines()[0]}); "
+                        "start one with `ray start --head`") from None
+    return ray, True
+
+
+def _ray(ray, tasks, resources, done):
+    """One Ray task per run, each holding ``resources`` (num_cpus, num_gpus)."""
+    # workers import this package from where the driver found it (a source checkout on PYTHONPATH is inherited
+    # by a local runtime; on a cluster, install the package on every machine)
+    root = str(Path(__file__).resolve().parents[1])
+    inherited = root in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    env = {} if inherited else {"runtime_env": {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}}}
+    remote = ray.remote(_worker()).options(max_retries=0, **env, **resources)
+    pending = {remote.remote(t): t for t in tasks}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            task = pending.pop(ref)
+            try:
+                done(ray.get(ref))
+            except ray.exceptions.RayError as e:      # the worker died (out of memory, machine lost)
+                done(failed(task, e))
 
 
 # ---- the sweep -------------------------------------------------------------------------------------------
@@ -367,6 +391,7 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
         t["status"] = status(t["path"])
     todo = [t for t in tasks if t["status"] == "pending" or (retry_failed and t["status"] == "failed")]
 
+    ray, started = _ray_start(address, workers) if backend == "ray" else (None, False)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     by_name = {t["name"]: t for t in tasks}
@@ -390,9 +415,11 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
         if backend == "local":
             _local(todo, min(workers, max(len(todo), 1)), done)
         else:
-            _ray(todo, address, workers, meta["resources"], done)
+            _ray(ray, todo, meta["resources"], done)
     finally:
         bar.close()
+        if started:
+            ray.shutdown()
     return _summary(tasks)
 
 

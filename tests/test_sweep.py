@@ -150,6 +150,7 @@ BAD = {
     "grid not a list": ({"base": TINY, "grid": {"seed": 3}}, "grid seed"),
     "type error in base": ({"base": {**TINY, "clients": "four"}, "grid": {"seed": [0]}}, "clients"),
     "type error in grid": ({"base": TINY, "grid": {"lr": [0.1, "fast"]}}, "lr"),
+    "1e-3 read as text": ({"base": {**TINY, "wd": "1e-3"}, "grid": {"seed": [0]}}, "1.0e-3"),
     "bool for an int": ({"base": {**TINY, "rounds": True}, "grid": {"seed": [0]}}, "rounds"),
     "out of range": ({"base": TINY, "grid": {"lr": [0.1, -1.0]}}, "--lr"),
     "unknown algo": ({"base": TINY, "grid": {"algo": ["fedavg", "fedfoo"]}}, "fedfoo"),
