@@ -222,15 +222,15 @@ def from_args(args: argparse.Namespace, base: dict | None = None) -> RunConfig:
     return RunConfig.from_dict(d)
 
 
-def load_yaml(path: str) -> dict:
+def load_yaml(path: str, flag: str = "--config", what: str = "RunConfig fields") -> dict:
     import yaml
     try:
         with open(path) as fh:
             d = yaml.safe_load(fh) or {}
     except FileNotFoundError:
-        raise UserError(f"--config: no file {path!r}") from None
+        raise UserError(f"{flag}: no file {path!r}") from None
     except yaml.YAMLError as e:
-        raise UserError(f"--config: {path!r} is not valid YAML ({str(e).splitlines()[0]})") from None
+        raise UserError(f"{flag}: {path!r} is not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(d, dict):
-        raise UserError(f"--config: {path!r} must hold a mapping of RunConfig fields")
+        raise UserError(f"{flag}: {path!r} must hold a mapping of {what}")
     return {k.replace("-", "_"): v for k, v in d.items()}

@@ -11,7 +11,8 @@ runs hold RUN/done.json; probe results go to RUN/probes/LABEL.json; OUT/sweep.js
 files are one line and exit 2 before anything is written.
 
 Notebook use: ``sweep.run("sweeps/fedsmoo_table2.yaml", out="runs/t2")`` returns a pandas DataFrame (one row
-per run); ``report.table("runs/t2")`` turns it into the mean +- std table.
+per run); ``report.table("runs/t2")`` turns it into the mean +- std table. In a script, call it under
+``if __name__ == "__main__":`` (the local pool spawns fresh processes, which import the script again).
 """
 from __future__ import annotations
 
@@ -127,17 +128,9 @@ def _dash(m: dict) -> dict:
 
 
 def load(path) -> dict:
-    """Read a sweep file: ``{"base", "grid", "probes", "resources"}`` with keys as RunConfig field names."""
-    import yaml
-    try:
-        d = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such sweep file") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(d, dict):
-        raise UserError(f"{path}: a sweep file is a mapping with base:, grid: and optional probes:")
-    return d
+    """Read a sweep file: ``{"base", "grid", "probes", "resources"}``."""
+    from .config import load_yaml
+    return load_yaml(str(path), flag="SWEEP.yaml", what="base:, grid: and optional probes:, resources:")
 
 
 def plan(sweep: dict, out, source: str = "sweep") -> tuple[list[dict], dict]:
