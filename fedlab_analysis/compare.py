@@ -13,9 +13,9 @@ from pathlib import Path
 
 from .errors import UserError
 from .plots import read_metrics
+from .sweep import HASH_FREE
 
 METRICS = ("round", "test_acc", "test_loss", "train_acc", "train_loss")
-SILENT = ("quiet", "threads", "tensorboard")        # bookkeeping keys that never change a run's numbers
 
 
 def run_dirs(paths) -> list[Path]:
@@ -37,7 +37,7 @@ def frame(paths):
     import pandas as pd
     dirs = run_dirs(paths)
     configs = [json.loads((d / "config.json").read_text()) for d in dirs]
-    keys = [k for k in configs[0] if k not in SILENT
+    keys = [k for k in configs[0] if k not in HASH_FREE
             and len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
     rows = []
     for d, c in zip(dirs, configs):

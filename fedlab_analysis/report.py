@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .plots import read_metrics
+from .sweep import HASH_FREE
 
 FORMATS = {"md": ".md", "csv": ".csv", "latex": ".tex"}
 
@@ -50,7 +51,7 @@ def runs(d) -> "pd.DataFrame":  # noqa: F821
     configs = [json.loads((p / "config.json").read_text()) for p, _ in entries]
     cells = [cell if cell is not None else c for (_, cell), c in zip(entries, configs)]
     keys = [k for k in cells[0] if len({json.dumps(c.get(k), sort_keys=True) for c in cells}) > 1
-            and k not in ("seed", "quiet", "threads", "tensorboard")]
+            and k not in ("seed", *HASH_FREE)]
     rows = [{**{k: _hashable(cell.get(k)) for k in keys}, "seed": c["seed"], "name": p.name, "path": str(p)}
             for (p, _), cell, c in zip(entries, cells, configs)]
     return pd.DataFrame(rows)

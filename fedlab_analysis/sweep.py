@@ -108,11 +108,16 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
     for label, line in spec.items():
         if not isinstance(line, str) or not line.split():
             raise UserError(f"{source}: probe {label!r} must be a command line such as \"hessian --top-k 1\"")
-        argv = shlex.split(line)
+        if not str(label).replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise UserError(f"{source}: probe label {label!r}: use letters, digits, '-', '_' and '.' (it names a file)")
+        try:
+            argv = shlex.split(line)
+        except ValueError as e:
+            raise UserError(f"{source}: probe {line!r}: {e}") from None
         if argv[0] not in MODULES:
             raise UserError(f"{source}: unknown probe {argv[0]!r}; choose one of {', '.join(MODULES)}")
-        if any(a.split("=")[0] in ("--json", "--plot") for a in argv):
-            raise UserError(f"{source}: probe {line!r}: drop --json/--plot; the sweep writes RUN/probes/"
+        if any(a.split("=")[0] in ("--json", "--plot", "-h", "--help") for a in argv):
+            raise UserError(f"{source}: probe {line!r}: drop --json/--plot/--help; the sweep writes RUN/probes/"
                             f"{label}.json")
         try:
             p.parse_args([argv[0], "CKPT", *argv[1:]])
