@@ -240,12 +240,18 @@ def run_one(task: dict) -> dict:
 
         from .probes.hooks import build
         from .trainers.loop import train
+        from .device import set_threads
         (path / "failed.json").unlink(missing_ok=True)
         cfg = RunConfig.from_dict(task["config"])
-        torch.set_num_threads(cfg.threads)
-        resume = (path / "ckpt" / "last.pt").exists()
-        run = train(cfg, path, resume=resume, callbacks=build(cfg))
-        results = {label: _probe(argv, path, label) for label, argv in task["probes"].items()}
+        threads = torch.get_num_threads()          # restored after: workers=1 runs in the caller's process
+        set_threads(cfg.threads)
+        try:
+            run = train(cfg, path, resume=(path / "ckpt" / "last.pt").exists(), callbacks=build(cfg))
+            # probes run where the run trained, unless their line names a --device
+            results = {label: _probe(argv if "--device" in argv else [*argv, "--device", cfg.device], path, label)
+                       for label, argv in task["probes"].items()}
+        finally:
+            torch.set_num_threads(threads)
         record = {"status": "done", "round": run.t, "final": run.last_row or {}, "seconds": time.perf_counter() - t0,
                   "probes": {label: r.get("summary") for label, r in results.items()}}
         _write_json(path / "done.json", record)
@@ -300,6 +306,14 @@ def _ray_start(address, workers):
     except ImportError:
         raise UserError("--backend ray: ray is not installed; pip install -e .[ray] (or use --backend local)") \
             from None
+    host, _, port = (address or "").rpartition(":")
+    if host and port.isdigit() and "://" not in address:      # HOST:PORT: fail in seconds, not after Ray's retries
+        import socket
+        try:
+            socket.create_connection((host, int(port)), timeout=10).close()
+        except OSError as e:
+            raise UserError(f"--address: nothing answers at {address} ({e}); start the head with "
+                            "`ray start --head --port=6379`") from None
     if ray.is_initialized():
         return ray, False
     kw = {} if address else {"num_cpus": workers}

@@ -211,3 +211,12 @@ def test_report_on_the_sweep_matches_metrics_jsonl(local_sweep, capsys):
             assert got["n"] == 2
             np.testing.assert_allclose([got["mean"], got["std"]], [v[:, j].mean(), v[:, j].std(ddof=1)], rtol=1e-12)
             assert report.fmt(v[:, j].mean(), v[:, j].std(ddof=1), 2) in printed
+
+
+def test_unreachable_ray_address_is_one_line(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"base": TINY, "grid": {"seed": [0]}}))
+    out = tmp_path / "out"
+    assert sweep.main([str(path), "--out", str(out), "--backend", "ray", "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --address") and len(err.splitlines()) == 1 and not out.exists()
