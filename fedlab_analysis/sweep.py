@@ -401,6 +401,8 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
     tasks, meta = plan(spec, out, source)
     for t in tasks:
         t["status"] = status(t["path"])
+        if t["status"] == "failed":                 # failed in an earlier session: keep its error in the index
+            t["error"] = json.loads((Path(t["path"]) / "failed.json").read_text()).get("error")
     todo = [t for t in tasks if t["status"] == "pending" or (retry_failed and t["status"] == "failed")]
 
     ray, started = _ray_start(address, workers) if backend == "ray" else (None, False)

@@ -121,6 +121,8 @@ def test_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     stamp = failed.stat().st_mtime_ns
     assert sweep.main([str(path), "--out", str(out), "--workers", "1", "--quiet"]) == 1
     assert failed.stat().st_mtime_ns == stamp                   # not retried without --retry-failed
+    index = {r["cell"]["clients"]: r for r in json.loads((out / "sweep.json").read_text())["runs"]}
+    assert index[5000]["status"] == "failed" and "--clients" in index[5000]["error"]
     assert sweep.main([str(path), "--out", str(out), "--workers", "1", "--quiet", "--retry-failed"]) == 1
     assert failed.stat().st_mtime_ns != stamp                   # retried (and fails again)
 
