@@ -7,7 +7,8 @@ with its range and default.
 
 Adding a field is one line: ``name: float = _f(0.1, "help", lo=0, lo_open=True)``. The annotation gives the type
 (int, float, str, bool, dict; ``| None`` allows null), the keywords its rule (``lo``/``hi``/``lo_open``/``hi_open``,
-``choices``, ``prefix`` (also any string starting with it), ``pattern``); ``check_value`` applies both to flags, YAML (``load_yaml``), resumed config.json files,
+``choices``, ``prefix`` (also any string starting with it), ``pattern``);
+``check_value`` applies both to flags, YAML (``load_yaml``), resumed config.json files,
 checkpoints' configs and sweep cells (``validate_dict``). Which algorithm reads which hyper-parameter, and any
 narrower range it needs, is declared in ``algos.py``.
 """
@@ -154,6 +155,8 @@ class RunConfig:
     on_divergence: str = _f("stop", "non-finite loss or parameters: stop (exit 3; last.pt keeps the last finite "
                             "checkpoint) | continue (mark the round in metrics.jsonl and go on)",
                             choices=("stop", "continue"))
+    tensorboard: bool = _f(False, "also log each metrics row to OUT/tb for TensorBoard (needs the tensorboard extra; "
+                           "metrics.jsonl stays the record)")
 
     # ------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -365,9 +368,9 @@ def from_args(args: argparse.Namespace, base: dict | None = None) -> RunConfig:
     return RunConfig(**{**(base or {}), **flags})
 
 
-def load_yaml(path: str, flag: str = "--config") -> dict:
-    """A YAML (or JSON) file of RunConfig fields, every value checked; one UserError line for a missing,
-    unreadable, binary or non-UTF-8 file, bad YAML, or a bad value."""
+def read_yaml(path: str, flag: str = "--config", what: str = "RunConfig fields") -> dict:
+    """A YAML (or JSON) file holding a mapping, unchecked (a sweep file reads its parts itself); one UserError line
+    for a missing, unreadable, binary or non-UTF-8 file, bad YAML, or a file that holds no mapping."""
     import yaml
     where = f"{flag} {path}"
     try:
@@ -376,11 +379,19 @@ def load_yaml(path: str, flag: str = "--config") -> dict:
     except FileNotFoundError:
         raise UserError(f"{where}: no such file") from None
     except IsADirectoryError:
-        raise UserError(f"{where}: is a directory; give a YAML file of RunConfig fields") from None
+        raise UserError(f"{where}: is a directory; give a YAML file of {what}") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{where}: is not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
     except OSError as e:
         raise UserError(f"{where}: cannot be read ({e.strerror})") from None
     except yaml.YAMLError as e:
         raise UserError(f"{where}: is not valid YAML ({' '.join(str(e).split())[:200]})") from None
-    return check({} if d is None else d, where)
+    d = {} if d is None else d
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: must hold a mapping of {what} (got {type(d).__name__})")
+    return d
+
+
+def load_yaml(path: str, flag: str = "--config") -> dict:
+    """A YAML (or JSON) file of RunConfig fields, every value checked (``read_yaml``, then ``check``)."""
+    return check(read_yaml(path, flag), f"{flag} {path}")

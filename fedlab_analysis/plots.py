@@ -44,3 +44,24 @@ def learning_curves(runs: dict[str, list[dict]], title: str | None = None):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def curve_bands(panels: dict[str, dict[str, list[list[dict]]]], metric: str = "test_acc", title: str | None = None):
+    """Mean over seeds with a +-1 std band, against rounds: ``{panel title: {line label: [rows of each seed]}}``
+    (metrics rows as in metrics.jsonl; only rounds that every seed evaluated are drawn)."""
+    import numpy as np
+    fig, ax = figure(ncols=len(panels), sharey=True)
+    for a, (name, lines) in zip(ax[0], panels.items()):
+        for label, seeds in lines.items():
+            common = sorted(set.intersection(*({r["round"] for r in rows if metric in r} for rows in seeds)))
+            v = np.array([[{r["round"]: r[metric] for r in rows}[t] for t in common] for rows in seeds])
+            mean, std = v.mean(0), (v.std(0, ddof=1) if len(v) > 1 else np.zeros(v.shape[1]))
+            a.plot(common, mean, label=f"{label} (n={len(v)})")
+            a.fill_between(common, mean - std, mean + std, alpha=0.25)
+        a.set(xlabel="round", ylabel=metric.replace("_", " "), title=name)
+        a.xaxis.get_major_locator().set_params(integer=True)
+        a.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

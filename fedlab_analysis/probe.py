@@ -30,8 +30,9 @@ def _table(name):
     return getattr(mod, "CLI", {}).get(name)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = ArgParser(prog="python -m fedlab_analysis.probe", description=__doc__.split("\n\n")[1])
+def parser(cls=None) -> argparse.ArgumentParser:
+    """``cls``: the parser class (the sweep passes one that raises instead of exiting)."""
+    p = (cls or ArgParser)(prog="python -m fedlab_analysis.probe", description=__doc__.split("\n\n")[1])
     sub = p.add_subparsers(dest="probe", required=True, metavar="PROBE")
     for name in MODULES:
         entry = _table(name)

@@ -62,7 +62,7 @@ def restore(run: Run, ck: dict) -> None:
 
 
 _RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "eval_samples", "device", "threads",
-                "client_parallel", "state_device", "on_divergence"}
+                "client_parallel", "state_device", "on_divergence", "tensorboard"}
 
 
 def _diverged(run: Run, row: dict | None) -> str | None:
@@ -80,6 +80,24 @@ def _check_same(old: RunConfig, cfg: RunConfig, what: str, free=_RESUME_FREE) ->
     if diff:
         raise UserError(f"{what}: the config differs from the run's in {', '.join(diff)}; "
                         f"continue with the same settings (only --rounds may grow)")
+
+
+def _tensorboard(cfg: RunConfig, out):
+    """--tensorboard: TensorBoard's SummaryWriter class (imported only when asked for), else None."""
+    if not cfg.tensorboard or out is None:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard: the tensorboard package is not installed; pip install -e .[tensorboard]") \
+            from None
+    return SummaryWriter
+
+
+def _log_scalars(tb, row: dict) -> None:
+    for k, v in row.items():
+        if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            tb.add_scalar(k, v, row["round"])
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
@@ -111,6 +129,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
                             f"give --rounds {prior['round']} or more")
     if run is None:
         run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
+    tb_writer = _tensorboard(cfg, out)              # a missing tensorboard is refused before any write
     run.callbacks.extend(cb for cb in callbacks if cb not in run.callbacks)
     if prior is not None:
         restore(run, prior)
@@ -119,17 +138,20 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
         if continued and out is not None and (out / "metrics.jsonl").exists() else []
     lock = rundir.prepare(out, continued, overwrite) if out is not None else None
     try:
-        return _loop(run, cfg, out, prior, kept)
+        return _loop(run, cfg, out, prior, kept, tb_writer)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: list) -> Run:
+def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: list, tb_writer=None) -> Run:
+    tb = None
     if out is not None:
         (out / "ckpt").mkdir(parents=True, exist_ok=True)
         rundir.write_text(out / "config.json", json.dumps(run.cfg.to_dict(), indent=1) + "\n")   # choices resolved
         rundir.write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
+        if tb_writer is not None:                    # a continued run drops the events of rounds it will redo
+            tb = tb_writer(log_dir=str(out / "tb"), purge_step=run.t + 1 if run.t else None)
     run.out = out
     show = not cfg.quiet and sys.stderr.isatty()
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
@@ -161,6 +183,8 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
         if out is not None and row is not None and row.get("round") == run.t:
             with open(out / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(row) + "\n")
+            if tb is not None:
+                _log_scalars(tb, row)
         if why is not None and cfg.on_divergence == "stop":
             bar.close()
             run.last_row = row
@@ -176,6 +200,8 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
             checkpoint.alias(saved, out / "ckpt" / "last.pt")
         bar.update(1)
     bar.close()
+    if tb is not None:
+        tb.close()
     if out is not None and saved is None:            # the final round was not saved above
         checkpoint.save(to_checkpoint(run, row), out / "ckpt" / "last.pt")
     run.last_row = row

@@ -1,0 +1,474 @@
+"""python -m fedlab_analysis.sweep SWEEP.yaml [--backend local|ray] [--address ADDR] [--workers N] [--out DIR]
+
+A sweep is a grid of ordinary runs. The YAML file names ``base:`` (RunConfig fields), ``grid:`` (any RunConfig
+key -> a list of values; the runs are the Cartesian product, ``seed`` included; an entry may be a mapping that sets
+several keys together, e.g. ``algo: [fedavg, {algo: fedsam, rho: 0.01}]``) and optional ``probes:`` (probe
+command lines such as ``"hessian --top-k 1"``, run on each final checkpoint) and ``resources:`` (``num_cpus``,
+``num_gpus`` per run, for Ray). Every run is one directory (config.json, metrics.jsonl, ckpt/) named by a short
+hash of its resolved config, so the same run is never trained twice: an interrupted or extended sweep resumes
+where it stopped. A run that raises is recorded in RUN/failed.json and retried only with --retry-failed; finished
+runs hold RUN/done.json; probe results go to RUN/probes/LABEL.json; OUT/sweep.json lists every cell. Bad sweep
+files are one line and exit 2 before anything is written.
+
+Notebook use: ``sweep.run("sweeps/fedsmoo_table2.yaml", out="runs/t2")`` returns a pandas DataFrame (one row
+per run); ``report.table("runs/t2")`` turns it into the mean +- std table. In a script, call it under
+``if __name__ == "__main__":`` (the local pool spawns fresh processes, which import the script again).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib
+import io
+import itertools
+import json
+import os
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+from . import algos
+from .config import ALGO_DEFAULTS, DEFAULTS, RunConfig
+from .errors import UserError
+
+SWEEP_KEYS = ("base", "grid", "probes", "resources")
+# never change a run's numbers beyond float tolerance (loop == vmap is tested; config.json records the device and
+# the parallel mode as resolved), so never its name: a sweep moved to a GPU machine reuses its finished runs
+HASH_FREE = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device")
+RESOURCES = {"num_cpus": 1, "num_gpus": 0}
+DEFAULT_CONFIG = RunConfig().to_dict()
+FINAL = ("test_acc", "test_loss", "train_acc", "train_loss")
+
+
+# ---- reading and validating a sweep file ----------------------------------------------------------------
+def _reads(d: dict) -> dict:
+    """The hyper-parameters the algorithm of cell ``d`` reads in its setting (all of them for an unknown name,
+    which validation then refuses)."""
+    setting = SimpleNamespace(**{**DEFAULT_CONFIG, **d})
+    if setting.algo not in algos.NAMES:
+        return dict.fromkeys(algos.HYPER)
+    return algos.uses(setting.algo, bool(setting.ri), setting)
+
+
+def _set_by_grid(key: str, combo, grid: dict) -> bool:
+    """Does this grid point set ``key`` itself (as an axis, or inside a mapping entry)?"""
+    return any(k == key or (isinstance(v, dict) and key in _dash(v)) for k, v in zip(grid, combo))
+
+
+def validate_config(d: dict, source: str) -> RunConfig:
+    """One resolved cell -> a validated RunConfig through the one validation layer (``config.validate_dict``:
+    types, ranges, the algorithm's parameters), or one UserError naming ``source`` (the sweep file and cell)."""
+    from .config import validate_dict
+    return validate_dict(d, source)
+
+
+def _probe_parser():
+    """The probe CLI's parser, raising UserError instead of printing usage and exiting."""
+    from . import probe
+
+    class Strict(argparse.ArgumentParser):
+        def error(self, message):
+            raise UserError(message)
+    return probe.parser(cls=Strict)
+
+
+def parse_probes(spec, source: str) -> dict[str, list[str]]:
+    """``["hessian --top-k 1", "trace"]`` or ``{label: command}`` -> ``{label: argv}``; flags checked by the
+    probe CLI's own parser against a placeholder checkpoint."""
+    if spec is None:
+        return {}
+    if isinstance(spec, list):
+        if not all(isinstance(s, str) for s in spec):
+            raise UserError(f"{source}: probes must be a list of command lines such as \"hessian --top-k 1\"")
+        labels = [s.split()[0] if s.split() else "" for s in spec]
+        dup = sorted({lab for lab in labels if labels.count(lab) > 1})
+        if dup:
+            raise UserError(f"{source}: probe {dup[0]!r} is given twice; name them, e.g. probes: "
+                            f"{{{dup[0]}_a: \"{dup[0]} ...\", {dup[0]}_b: \"{dup[0]} ...\"}}")
+        spec = dict(zip(labels, spec))
+    if not isinstance(spec, dict):
+        raise UserError(f"{source}: probes must be a list of command lines or a mapping label -> command line")
+    from .probe import MODULES
+    p, out = _probe_parser(), {}
+    for label, line in spec.items():
+        if not isinstance(line, str) or not line.split():
+            raise UserError(f"{source}: probe {label!r} must be a command line such as \"hessian --top-k 1\"")
+        if not str(label).replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise UserError(f"{source}: probe label {label!r}: use letters, digits, '-', '_' and '.' (it names a file)")
+        try:
+            argv = shlex.split(line)
+        except ValueError as e:
+            raise UserError(f"{source}: probe {line!r}: {e}") from None
+        if argv[0] not in MODULES:
+            raise UserError(f"{source}: unknown probe {argv[0]!r}; choose one of {', '.join(MODULES)}")
+        if any(a.split("=")[0] in ("--json", "--plot", "-h", "--help") for a in argv):
+            raise UserError(f"{source}: probe {line!r}: drop --json/--plot/--help; the sweep writes RUN/probes/"
+                            f"{label}.json")
+        try:
+            p.parse_args([argv[0], "CKPT", *argv[1:]])
+        except UserError as e:
+            raise UserError(f"{source}: probe {line!r}: {e}") from None
+        out[str(label)] = argv
+    return out
+
+
+def _dash(m: dict) -> dict:
+    """YAML keys may be spelled as flags (``dir-alpha``) or as fields (``dir_alpha``)."""
+    return {str(k).replace("-", "_"): v for k, v in m.items()}
+
+
+def load(path) -> dict:
+    """Read a sweep file: ``{"base", "grid", "probes", "resources"}``."""
+    from .config import read_yaml
+    return read_yaml(str(path), flag="SWEEP.yaml", what="base:, grid: and optional probes:, resources:")
+
+
+def plan(sweep: dict, out, source: str = "sweep") -> tuple[list[dict], dict]:
+    """Validate a sweep (a dict as in the YAML file) and list its runs; writes nothing."""
+    unknown = sorted(set(sweep) - set(SWEEP_KEYS))
+    if unknown:
+        raise UserError(f"{source}: unknown top-level key {unknown[0]!r}; a sweep has {', '.join(SWEEP_KEYS)}")
+    base, grid = sweep.get("base") or {}, sweep.get("grid")
+    if not isinstance(base, dict):
+        raise UserError(f"{source}: base must be a mapping of RunConfig fields")
+    if not isinstance(grid, dict) or not grid:
+        raise UserError(f"{source}: grid must map at least one config key to a list of values")
+    base, grid = _dash(base), _dash(grid)
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{source}: grid {key} must be a non-empty list (got {values!r})")
+        for v in values:
+            if isinstance(v, dict) and key not in _dash(v):
+                raise UserError(f"{source}: grid {key}: an entry that sets several keys must set {key} too (got {v})")
+    resources = {**RESOURCES, **_dash(sweep.get("resources") or {})}
+    if set(resources) != set(RESOURCES) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                                                   for v in resources.values()):
+        raise UserError(f"{source}: resources takes num_cpus and num_gpus, numbers >= 0 (got {resources})")
+    probes = parse_probes(sweep.get("probes"), source)
+    out, tasks, names, unused_base = Path(out).resolve(), [], {}, []
+    for combo in itertools.product(*grid.values()):
+        cell = {k: _label(k, v, grid[k]) for k, v in zip(grid, combo)}
+        where = f"{source} [{', '.join(f'{k}={v}' for k, v in cell.items())}]"
+        d = dict(base)
+        for k, v in zip(grid, combo):
+            d.update(_dash(v) if isinstance(v, dict) else {k: v})
+        used = _reads(d)                                                     # a base shared across algorithms:
+        shared = {k for k in base if k in algos.HYPER and k not in used and not _set_by_grid(k, combo, grid)}
+        unused_base.append(shared)                                           # its parameters go to the cells
+        cfg = validate_config({**{k: v for k, v in d.items() if k not in shared}, "quiet": True}, where)
+        name = run_name(cfg)
+        if name in names:
+            continue                      # two grid points that resolve to the same run: train it once
+        names[name] = cell
+        tasks.append({"name": name, "path": str(out / name), "cell": cell, "config": cfg.to_dict(),
+                      "probes": probes})
+    never = sorted(set.intersection(*unused_base)) if unused_base else []
+    if never:                                                   # read by no cell: it would do nothing at all
+        raise UserError(f"{source}: base {never[0]}: none of the sweep's algorithms uses {never[0]}; it is used by "
+                        f"{', '.join(algos.users(never[0]))}")
+    return tasks, {"base": base, "grid": grid, "probes": {k: shlex.join(v) for k, v in probes.items()},
+                   "resources": resources}
+
+
+def _label(key, v, values):
+    """A grid entry's name in tables: the value, or for ``{algo: fedsam, rho: 0.01}`` (keys set together) the
+    value of ``key``, with the other keys added where two entries share it."""
+    if not isinstance(v, dict):
+        return v
+    v = _dash(v)
+    if sum((_dash(u)[key] if isinstance(u, dict) else u) == v[key] for u in values) == 1:
+        return v[key]
+    return f"{v[key]} ({', '.join(f'{k}={x}' for k, x in v.items() if k != key)})"
+
+
+# ---- names: a short hash of the resolved config ----------------------------------------------------------
+def resolved(cfg: RunConfig) -> dict:
+    """The config with every paper default filled in (``rho: null`` and ``rho: 0.1`` are the same FedSAM run)."""
+    d = cfg.to_dict()
+    for k in {*DEFAULTS, *(k for a in ALGO_DEFAULTS.values() for k in a)}:
+        d[k] = cfg.hp(k)
+    return {k: v for k, v in d.items() if k not in HASH_FREE}
+
+
+def run_name(cfg: RunConfig) -> str:
+    h = hashlib.sha1(json.dumps(resolved(cfg), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{cfg.algo}-s{cfg.seed}-{h}"
+
+
+# ---- one run (in a worker process or a Ray task) ---------------------------------------------------------
+def status(path) -> str:
+    path = Path(path)
+    return "done" if (path / "done.json").exists() else "failed" if (path / "failed.json").exists() else "pending"
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=float) + "\n")
+    os.replace(tmp, path)
+
+
+def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
+    """One probe command line on the run's last checkpoint, in process, through the probe CLI's main()."""
+    from . import probe
+    (run_dir / "probes").mkdir(exist_ok=True)
+    target = run_dir / "probes" / f"{label}.json"
+    tmp = target.with_name(target.name + ".tmp")
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = probe.main([argv[0], str(run_dir), *argv[1:], "--json", str(tmp)])
+    if rc != 0:
+        raise RuntimeError(f"probe {shlex.join(argv)!r} failed: {err.getvalue().strip()}")
+    os.replace(tmp, target)
+    return json.loads(target.read_text())
+
+
+def run_one(task: dict) -> dict:
+    """Train one run (resuming from its last checkpoint if one is there), run its probes, and record the outcome
+    in RUN/done.json or RUN/failed.json. Never raises: a failure is a record, so the sweep goes on."""
+    path, t0 = Path(task["path"]), time.perf_counter()
+    if (path / "done.json").exists():
+        return {**task, "status": "done"}
+    try:
+        import torch
+
+        from .probes.hooks import build
+        from .trainers.loop import train
+        from .device import set_threads
+        (path / "failed.json").unlink(missing_ok=True)
+        cfg = RunConfig.from_dict(task["config"])
+        threads = torch.get_num_threads()          # restored after: workers=1 runs in the caller's process
+        set_threads(cfg.threads)
+        try:
+            resume = (path / "ckpt" / "last.pt").exists()     # killed before a checkpoint: start that run again
+            run = train(cfg, path, resume=resume, overwrite=not resume, callbacks=build(cfg))
+            # probes run where the run trained, unless their line names a --device
+            results = {label: _probe(argv if "--device" in argv else [*argv, "--device", cfg.device], path, label)
+                       for label, argv in task["probes"].items()}
+        finally:
+            torch.set_num_threads(threads)
+        record = {"status": "done", "round": run.t, "final": run.last_row or {}, "seconds": time.perf_counter() - t0,
+                  "probes": {label: r.get("summary") for label, r in results.items()}}
+        _write_json(path / "done.json", record)
+    except Exception as e:                    # noqa: BLE001  (any failure of one run is recorded, not fatal)
+        return failed(task, e, time.perf_counter() - t0)
+    return {**task, "status": "done"}
+
+
+def failed(task: dict, e: BaseException, seconds: float | None = None) -> dict:
+    """Record ``e`` in RUN/failed.json (also for a worker process that died, from the driver)."""
+    path = Path(task["path"])
+    path.mkdir(parents=True, exist_ok=True)
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    error = f"{type(e).__name__}: {msg}"
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    _write_json(path / "failed.json", {"status": "failed", "error": error, "traceback": tb, "seconds": seconds})
+    return {**task, "status": "failed", "error": error}
+
+
+# ---- backends --------------------------------------------------------------------------------------------
+def _worker():
+    """run_one by reference to this module (also when the driver runs as ``python -m``)."""
+    return importlib.import_module("fedlab_analysis.sweep").run_one
+
+
+def _local(tasks, workers: int, done):
+    """A pool of ``workers`` processes (spawn: no forked torch state); ``workers=1`` runs in this process."""
+    if workers == 1:
+        for t in tasks:
+            done(_worker()(t))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_worker(), t): t for t in tasks}
+        try:
+            for f in as_completed(futures):
+                try:
+                    done(f.result())
+                except Exception as e:        # noqa: BLE001  (a worker process died: out of memory, a crash)
+                    done(failed(futures[f], e))
+        except KeyboardInterrupt:
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
+def _ray_start(address, workers):
+    """Ray, started here unless this process already holds a runtime: ``ray.init(address)``, or a local runtime
+    with ``workers`` CPUs when no address is given. Returns (ray, whether we started it)."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--backend ray: ray is not installed; pip install -e .[ray] (or use --backend local)") \
+            from None
+    host, _, port = (address or "").rpartition(":")
+    if host and port.isdigit() and "://" not in address:      # HOST:PORT: fail in seconds, not after Ray's retries
+        import socket
+        try:
+            socket.create_connection((host, int(port)), timeout=10).close()
+        except OSError as e:
+            raise UserError(f"--address: nothing answers at {address} ({e}); start the head with "
+                            "`ray start --head --port=6379`") from None
+    if ray.is_initialized():
+        return ray, False
+    kw = {} if address else {"num_cpus": workers}
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, **kw)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise UserError(f"--address: cannot reach a Ray cluster at {address!r} ({str(e).splitlines()[0]}); "
+                        "start one with `ray start --head`") from None
+    return ray, True
+
+
+def _ray(ray, tasks, resources, done):
+    """One Ray task per run, each holding ``resources`` (num_cpus, num_gpus)."""
+    # workers import this package from where the driver found it (a source checkout on PYTHONPATH is inherited
+    # by a local runtime; on a cluster, install the package on every machine)
+    root = str(Path(__file__).resolve().parents[1])
+    inherited = root in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    env = {} if inherited else {"runtime_env": {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}}}
+    remote = ray.remote(_worker()).options(max_retries=0, **env, **resources)
+    pending = {remote.remote(t): t for t in tasks}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            task = pending.pop(ref)
+            try:
+                done(ray.get(ref))
+            except ray.exceptions.RayError as e:      # the worker died (out of memory, machine lost)
+                done(failed(task, e))
+
+
+# ---- the sweep -------------------------------------------------------------------------------------------
+def _summary(tasks) -> "pd.DataFrame":  # noqa: F821
+    """One row per run: its grid cell, name, status, final metrics and probe summary numbers."""
+    import pandas as pd
+    rows = []
+    for t in tasks:
+        row = {**t["cell"], "name": t["name"], "status": t["status"], "path": t["path"]}
+        if t["status"] == "done":
+            rec = json.loads((Path(t["path"]) / "done.json").read_text())
+            row.update({k: rec["final"].get(k) for k in FINAL})
+            row.update(probe_values(rec.get("probes") or {}))
+        elif t.get("error"):
+            row["error"] = t["error"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def probe_values(summaries: dict) -> dict:
+    """``{"hessian": {"eigenvalues": [4.1], "seconds": ..}}`` -> ``{"hessian.eigenvalues.0": 4.1}`` (numbers only,
+    timings left out)."""
+    out = {}
+
+    def walk(prefix, v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if "second" not in str(k) and k != "n_products":
+                    walk(f"{prefix}.{k}", x)
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                walk(f"{prefix}.{i}", x)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[prefix] = float(v)
+    for label, s in summaries.items():
+        walk(label, s)
+    return out
+
+
+def run(sweep, out=None, backend: str = "local", address: str | None = None, workers: int | None = None,
+        retry_failed: bool = False, quiet: bool = False):
+    """Run every cell of ``sweep`` (a YAML path or a dict) that has not finished yet; returns a DataFrame with one
+    row per run (grid keys, name, status, path, final metrics, probe values). Raises UserError on a bad sweep."""
+    source = str(sweep) if not isinstance(sweep, dict) else "sweep"
+    spec = load(sweep) if not isinstance(sweep, dict) else sweep
+    if out is None:
+        if isinstance(sweep, dict):
+            raise UserError("--out: give the sweep's output directory")
+        out = Path("runs") / Path(sweep).stem
+    if backend not in ("local", "ray"):
+        raise UserError(f"--backend: unknown {backend!r}; choose local or ray")
+    if address and backend != "ray":
+        raise UserError("--address: only with --backend ray")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers: must be >= 1 (got {workers})")
+    workers = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    tasks, meta = plan(spec, out, source)
+    for t in tasks:
+        t["status"] = status(t["path"])
+        if t["status"] == "failed":                 # failed in an earlier session: keep its error in the index
+            t["error"] = json.loads((Path(t["path"]) / "failed.json").read_text()).get("error")
+    todo = [t for t in tasks if t["status"] == "pending" or (retry_failed and t["status"] == "failed")]
+
+    ray, started = _ray_start(address, workers) if backend == "ray" else (None, False)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    by_name = {t["name"]: t for t in tasks}
+
+    def index():
+        _write_json(out / "sweep.json", {"sweep": source, **meta, "runs": [
+            {k: t.get(k) for k in ("name", "status", "path", "cell", "error") if t.get(k) is not None}
+            for t in tasks]})
+    index()
+    from tqdm import tqdm
+    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), unit="run", desc=f"sweep {out.name}",
+               disable=quiet, file=sys.stderr)
+
+    def done(record):
+        by_name[record["name"]].update(status=record["status"], error=record.get("error"))
+        index()
+        bar.update(1)
+        if record["status"] == "failed" and not quiet:
+            bar.write(f"failed: {record['name']} {record['cell']}: {record.get('error')}", file=sys.stderr)
+    try:
+        if backend == "local":
+            _local(todo, min(workers, max(len(todo), 1)), done)
+        else:
+            _ray(ray, todo, meta["resources"], done)
+    finally:
+        bar.close()
+        if started:
+            ray.shutdown()
+    return _summary(tasks)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fedlab_analysis.sweep", description=__doc__.split("\n\n")[1],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("sweep", metavar="SWEEP.yaml", help="sweep file (base:, grid:, probes:, resources:)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local: a process pool on this machine; ray: one Ray task per run")
+    p.add_argument("--address", default=None, help="Ray cluster address (e.g. auto or HEAD_IP:6379); "
+                   "default: a local Ray runtime")
+    p.add_argument("--workers", type=int, default=None, help="parallel runs (default: the CPU cores here)")
+    p.add_argument("--out", default=None, help="output directory (default: runs/<sweep file name>)")
+    p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        df = run(args.sweep, out=args.out, backend=args.backend, address=args.address, workers=args.workers,
+                 retry_failed=args.retry_failed, quiet=args.quiet)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    failed = df[df["status"] == "failed"]
+    if not args.quiet:
+        import pandas as pd
+        cols = [c for c in df.columns if c not in ("path", "error")]
+        with pd.option_context("display.width", 160, "display.max_columns", 30):
+            print(df[cols].to_string(index=False))
+    out = args.out or Path("runs") / Path(args.sweep).stem
+    print(f"{len(df) - len(failed)} of {len(df)} runs done -> {out}"
+          + (f"; {len(failed)} failed (see RUN/failed.json; --retry-failed runs them again)" if len(failed) else ""))
+    return 1 if len(failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
