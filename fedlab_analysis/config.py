@@ -60,7 +60,8 @@ class RunConfig:
                    "without BatchNorm) | on | off (a loop over clients; fastest on CPU)",
                    choices=("auto", "on", "off"))
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
-                      "models of CPU demos; raise it for CNNs)", lo=1)
+                      "models of CPU demos; raise it for CNNs)", lo=1,
+                      hi=1024)                         # torch segfaults on absurd counts
     # ---- federation --------------------------------------------------------------------------------
     clients: int = _f(20, "number of clients m", lo=1)
     active_ratio: float = _f(0.5, "fraction of clients active per round", lo=0, lo_open=True, hi=1)
