@@ -158,7 +158,8 @@ def train_cases():
         ([*BASE, "--partition", "natural"], "--partition"),
         ([*BASE, "--probe", "nonsense"], "probe"),
         ([*BASE, "--vmap", "on", "--model", "resnet20"], "--"),
-        ([*BASE, "--algo", "fedals", "--active-ratio", "1", "--model", "logreg", "--model-kwargs", "{}"], "phi and a head"),
+        ([*BASE, "--algo", "fedals", "--active-ratio", "1", "--model", "logreg", "--model-kwargs", "{}"],
+         "phi and a head"),
         ([*BASE, "--algo", "fedals"], "--active-ratio"),
     ]
     if not torch.cuda.is_available():
