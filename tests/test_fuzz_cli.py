@@ -298,7 +298,7 @@ def probe_cases():
             if act.choices:
                 cases.append(([name, ck, f, "bogus"], f))
             if act.type is int:
-                cases += [([name, ck, f, "abc"], f), ([name, ck, f, "2.5"], f)]
+                cases += [([name, ck, f, "abc"], f), ([name, ck, f, "2.5"], f), ([name, ck, f, "-1"], f)]
             if act.type is float:
                 cases += [([name, ck, f, "abc"], f), ([name, ck, f, "nan"], f), ([name, ck, f, "inf"], f)]
     return cases
