@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
+from .errors import CheckpointError, UserError
 from .rundir import atomic
 
 FORMAT, VERSION = "fedlab_analysis.ckpt", 1
@@ -43,6 +43,7 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     """Load and validate; any problem is one CheckpointError line naming the file and the fix."""
     path = Path(path)
     if path.is_dir():
+        run_dir(path)
         for cand in (path / "ckpt" / "last.pt", path / "last.pt"):
             if cand.exists():
                 path = cand
@@ -106,6 +107,21 @@ def _load_as(p: Path, flag: str) -> dict:
     except CheckpointError as e:
         raise CheckpointError(f"{flag}: {e}") from None
 
+
+def run_dir(path: Path) -> None:
+    """A run directory given for its checkpoint: a damaged config.json or metrics.jsonl is one line too."""
+    from .config import check
+    from .rundir import read_config, read_metrics
+    try:
+        if (path / "config.json").exists():
+            check(read_config(path / "config.json", flag=str(path)), str(path / "config.json"))
+        read_metrics(path / "metrics.jsonl")
+    except CheckpointError:
+        raise
+    except UserError as e:
+        raise CheckpointError(str(e)) from None
+
+
 def _tensors(d, what: str, where: str, floating: bool = False) -> dict:
     if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
         raise CheckpointError(f"{where}: {what} is not a mapping of names to tensors")
@@ -133,7 +149,6 @@ def verify(ckpt: dict, path) -> None:
     """Every field well-formed and the tensors those of the model the checkpoint names (names, shapes, floating
     dtypes, finite values): a damaged or foreign checkpoint is one CheckpointError line, before any use."""
     from .config import check
-    from .errors import UserError
     from .models import build_model
     from .params import ParamSpace
 

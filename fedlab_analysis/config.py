@@ -70,7 +70,8 @@ class RunConfig:
                         "forward/backward to bfloat16); evaluation, aggregation and state stay in --dtype",
                         choices=("fp32", "tf32", "bf16"))
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
-                      "models of CPU demos; raise it for CNNs)", lo=1)
+                      "models of CPU demos; raise it for CNNs)", lo=1,
+                      hi=1024)                         # torch segfaults on absurd counts
     # ---- federation --------------------------------------------------------------------------------
     clients: int = _f(20, "number of clients m", lo=1)
     active_ratio: float = _f(0.5, "fraction of clients active per round", lo=0, lo_open=True, hi=1)

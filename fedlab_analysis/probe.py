@@ -54,7 +54,8 @@ def parser(cls=None) -> argparse.ArgumentParser:
 
 
 def check_args(args) -> None:
-    """Before any work: the output paths can be written, the device exists, every number is finite."""
+    """Before any work: the output paths can be written, the device exists, every number is finite and every
+    whole number non-negative."""
     import math
 
     from .device import resolve
@@ -64,9 +65,11 @@ def check_args(args) -> None:
     if args.plot is not None:
         check_file(args.plot, "--plot")
     args.device = str(resolve(args.device))
-    for k, v in vars(args).items():
+    for k, v in vars(args).items():                  # every probe's own options too
         if isinstance(v, float) and not math.isfinite(v):
             raise UserError(f"--{k.replace('_', '-')}: must be a finite number (got {v})")
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:     # a count or an index, never negative
+            raise UserError(f"--{k.replace('_', '-')}: must be >= 0 (got {v})")
 
 
 def main(argv=None) -> int:

@@ -139,17 +139,17 @@ def write_text(path: Path, text: str) -> Path:
     return atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
-def read_config(path) -> dict:
+def read_config(path, flag: str = "--resume") -> dict:
     """DIR/config.json as a dict (not yet checked against RunConfig); one line if it is unreadable."""
     try:
         d = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"--resume: {path} does not exist; is this a run directory?") from None
+        raise UserError(f"{flag}: {path} does not exist; is this a run directory?") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"--resume: {path} is damaged ({' '.join(str(e).split())[:120]}); restore it from the "
+        raise UserError(f"{flag}: {path} is damaged ({' '.join(str(e).split())[:120]}); restore it from the "
                         f"checkpoint's config or start a new run") from None
     if not isinstance(d, dict):
-        raise UserError(f"--resume: {path} does not hold a mapping of RunConfig fields")
+        raise UserError(f"{flag}: {path} does not hold a mapping of RunConfig fields")
     return d
 
 

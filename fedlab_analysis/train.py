@@ -19,7 +19,7 @@ from .errors import EXIT_DIVERGED, ArgParser, Diverged, UserError
 
 def parser() -> argparse.ArgumentParser:
     p = ArgParser(
-        prog="python -m fedlab_analysis.train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog="python -m fedlab_analysis.train",            # each field's help already states its default
         description=__doc__.split("\n\n")[1],
         epilog="algorithms: " + ", ".join(algos.NAMES) + ". Hyper-parameters left unset take the paper's default. "
                f"Exit codes: 0 done, 2 bad input (one line, nothing written), {EXIT_DIVERGED} diverged.")

@@ -53,6 +53,10 @@ def world(tmp_path_factory):
     (bad / "text.pt").write_text("hello")
     (bad / "empty.pt").write_bytes(b"")
     (w / "afile").write_text("x")
+    import shutil
+    for name, text in (("badconfig", '{"lr": '), ("badmetrics", '{"round": 1}\nnot json\n')):
+        shutil.copytree(w / "run", w / name)
+        (w / name / ("config.json" if name == "badconfig" else "metrics.jsonl")).write_text(text)
     (w / "yaml").mkdir()
     (w / "nonrun").mkdir()
     (w / "nonrun" / "notes.txt").write_text("precious")
@@ -154,6 +158,9 @@ def train_cases():
         ([*BASE, "--partition", "natural"], "--partition"),
         ([*BASE, "--probe", "nonsense"], "probe"),
         ([*BASE, "--vmap", "on", "--model", "resnet20"], "--"),
+        ([*BASE, "--algo", "fedals", "--active-ratio", "1", "--model", "logreg", "--model-kwargs", "{}"],
+         "phi and a head"),
+        ([*BASE, "--algo", "fedals"], "--active-ratio"),
     ]
     if not torch.cuda.is_available():
         cases.append(([*BASE, "--device", "cuda"], "--device"))
@@ -269,6 +276,7 @@ def probe_cases():
             cases.append(([name, f"bad/{d}.pt"], f"{d}.pt"))
         cases += [
             ([name], "CKPT"), ([name, "missing.pt"], "missing.pt"), ([name, "nonrun"], "nonrun"),
+            ([name, "badconfig"], "config.json"), ([name, "badmetrics"], "metrics.jsonl"),
             ([name, ck, "--json", "nodir/out.json"], "--json"), ([name, ck, "--json", "afile/out.json"], "--json"),
             ([name, ck, "--json", "yaml"], "--json"), ([name, ck, "--plot", "nodir/p.png"], "--plot"),
             ([name, ck, "--plot", "afile/p.png"], "--plot"), ([name, ck, "--device", "cpux"], "--device"),
@@ -290,7 +298,7 @@ def probe_cases():
             if act.choices:
                 cases.append(([name, ck, f, "bogus"], f))
             if act.type is int:
-                cases += [([name, ck, f, "abc"], f), ([name, ck, f, "2.5"], f)]
+                cases += [([name, ck, f, "abc"], f), ([name, ck, f, "2.5"], f), ([name, ck, f, "-1"], f)]
             if act.type is float:
                 cases += [([name, ck, f, "abc"], f), ([name, ck, f, "nan"], f), ([name, ck, f, "inf"], f)]
     return cases

@@ -242,3 +242,16 @@ def test_crafted_pickle_checkpoint_is_refused_and_runs_no_code(tmp_path, capsys)
     assert probe.main(["hessian", str(tmp_path / "evil.pt")]) == 2
     assert "refused unread" in capsys.readouterr().err
     assert not (tmp_path / "pwned").exists()
+
+
+def test_validate_dict_is_the_layer_for_a_sweep_cell():
+    from fedlab_analysis.config import validate_dict
+    cfg = validate_dict({"algo": "fedcm", "alpha": 1, "lr": 1, "local-steps": 3}, "sweep.yaml cell 4")
+    assert cfg.alpha == 1.0 and isinstance(cfg.lr, float) and cfg.local_steps == 3
+    for cell, needle in [({"algo": "fedavg", "rho": 0.1}, "sweep.yaml cell 4: rho: fedavg does not use rho"),
+                         ({"algo": "fedcm", "alpha": 2}, "sweep.yaml cell 4: alpha: must be in (0, 1] for fedcm"),
+                         ({"algo": "fedlesam-s", "lamb": 0.5}, "fedlesam-s uses lamb only with --lesam-s-scale code"),
+                         ({"rounds": 2.5}, "sweep.yaml cell 4: rounds: must be a whole number"),
+                         ({"lr": float("nan")}, "lr: must be a finite number"), ({"lrr": 1}, "did you mean 'lr'")]:
+        with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            validate_dict(cell, "sweep.yaml cell 4")

@@ -108,6 +108,9 @@ class ALS(Part):
 
     def init(self, run):
         n = run.space.n_blocks
+        if n < 2:
+            raise UserError(f"--model: FedALS splits the model into a representation phi and a head h, so it needs "
+                            f"at least 2 layers; {run.cfg.model} has {n}")
         L = run.cfg.phi_layers if run.cfg.phi_layers is not None else n - 1
         if run.cfg.phi_layers is not None and not 1 <= L <= n - 1:   # phi and h each need a layer
             raise UserError(f"--phi-layers: must be in 1..{n - 1}, as {run.cfg.model} has {n} layers (got {L})")
