@@ -193,6 +193,17 @@ def _parse_bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """The one ``--help`` formatter of every entry point: each default printed once, as "(default: X)", and
+    nothing for a flag whose help already states its default or that has none (None, off)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "default" in h or action.default in (None, False, argparse.SUPPRESS):
+            return h
+        return super()._get_help_string(action)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """One flag per RunConfig field, named --field-name, defaults and help from the dataclass."""
     defaults = RunConfig()

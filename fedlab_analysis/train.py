@@ -10,14 +10,14 @@ import argparse
 import json
 import sys
 
-from .config import add_arguments, from_args, load_yaml
+from .config import HelpFormatter, add_arguments, from_args, load_yaml
 from .errors import UserError
 
 
 def parser() -> argparse.ArgumentParser:
     from .trainers import ALGORITHMS
     p = argparse.ArgumentParser(
-        prog="python -m fedlab_analysis.train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog="python -m fedlab_analysis.train", formatter_class=HelpFormatter,
         description=__doc__.split("\n\n")[1],
         epilog="algorithms: " + ", ".join(ALGORITHMS) + ". Hyper-parameters left unset take the paper's default.")
     p.add_argument("--out", help="run directory (config.json, metrics.jsonl, ckpt/)")

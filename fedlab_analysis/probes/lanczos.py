@@ -241,6 +241,7 @@ def trace(op, n_products: int = 100, method: str = "hutch++", deflate: int = 0, 
     stderr = samples.std(ddof=1) / math.sqrt(len(samples)) if len(samples) else 0.0
     return {"trace": float(est), "stderr": float(stderr), "n_products": op.n_products - n0,
             "n_probes": len(samples), "exact_dim": int(B.shape[0]), "exact_part": exact,
+            "probe_values": samples.tolist(),
             "seconds": time.perf_counter() - t0, "method": method, "deflate": deflate, "seed": seed,
             "dim": op.dim}
 

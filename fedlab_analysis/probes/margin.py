@@ -119,7 +119,9 @@ def V_L(spectral, frobenius) -> float:
 @torch.no_grad()
 def margins(f, theta, X, y, batch_size: int = 2048) -> torch.Tensor:
     """f(theta, x)[y] - max_{j != y} f(theta, x)[j] per sample."""
+    from .common import aligned
     out = []
+    batch_size = aligned(f, batch_size)
     for x, t in zip(X.split(batch_size), y.split(batch_size)):
         z = f(theta, x)
         true = z.gather(1, t[:, None])[:, 0]
