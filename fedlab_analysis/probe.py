@@ -45,7 +45,14 @@ COST = {
 BN_HELP = ("BatchNorm statistics: train = each batch of --bn-batch samples normalised by its own statistics, the "
            "objective the clients optimised (the default, so curvature and sharpness describe what training "
            "minimised); eval = the checkpoint's running statistics, the deployed model; recalibrate = running "
-           "statistics recomputed on the probe's data at the probed model. Ignored for models without BatchNorm")
+           "statistics recomputed on the probe's data at the probed model. Refused for a model without BatchNorm")
+
+
+# common flags a probe cannot act on (refused with one line when given)
+UNUSED = {"consensus": (("data", "samples", "seed", "bn_mode", "bn_batch"),
+                        "with the consensus probe (it compares the stored models and reads no data)"),
+          "stability": (("data", "samples"), "with the stability probe (it retrains on the clients' data and "
+                                             "evaluates the full train and test sets)")}
 
 
 def _table(name):
@@ -65,12 +72,13 @@ def parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=f"{name} probe" + ("" if entry else " (not available in this build)"),
                             formatter_class=HelpFormatter, epilog=COST[name])
         sp.add_argument("ckpt", metavar="CKPT", help="checkpoint file, or a run directory (uses ckpt/last.pt)")
-        sp.add_argument("--data", default="train", help="train (union of the clients' data) | test | client:I")
+        sp.add_argument("--data", default=None,
+                        help="train (union of the clients' data; the default) | test | client:I")
         sp.add_argument("--samples", type=int, default=None, help="evaluate on N samples drawn with --seed "
                         "(default: all of --data)")
-        sp.add_argument("--seed", type=int, default=0, help="seed of every random draw of the probe")
+        sp.add_argument("--seed", type=int, default=None, help="seed of every random draw of the probe (default: 0)")
         sp.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-        sp.add_argument("--bn-mode", choices=("train", "eval", "recalibrate"), default="train", help=BN_HELP)
+        sp.add_argument("--bn-mode", choices=("train", "eval", "recalibrate"), default=None, help=BN_HELP)
         sp.add_argument("--bn-batch", type=int, default=None, metavar="B",
                         help="BatchNorm batch size of --bn-mode train/recalibrate (default: the run's batch size)")
         sp.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -106,15 +114,20 @@ def main(argv=None) -> int:
         from .probes.common import rebuild
         set_threads(args.threads)
         device = resolve(args.device)
-        if args.bn_batch is not None and args.bn_mode == "eval":
-            raise UserError("--bn-batch sets the batch of --bn-mode train or recalibrate; eval mode uses the "
-                            "running statistics, so drop --bn-batch or choose another --bn-mode")
+        common.refuse(args, *UNUSED.get(args.probe, ((), "")))
+        if args.bn_mode == "eval":
+            common.refuse(args, ["bn_batch"], "with --bn-mode eval (eval mode uses the running statistics)")
         ckpt = checkpoint.load(args.ckpt)
         dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
         t0 = time.perf_counter()
         common.PROGRESS = not args.quiet
+        given = {"bn_mode": args.bn_mode, "bn_batch": args.bn_batch}
+        args.data, args.seed, args.bn_mode = args.data or "train", args.seed or 0, args.bn_mode or "train"
         bundle = rebuild(ckpt, data=args.data, samples=args.samples, seed=args.seed, dtype=dtype,
                          device=device, data_dir=args.data_dir, bn_mode=args.bn_mode, bn_batch=args.bn_batch)
+        if not common.has_batchnorm(bundle.model):
+            common.refuse(argparse.Namespace(**given), ["bn_mode", "bn_batch"],
+                          f"on this {ckpt['model']['name']} (it has no BatchNorm)")
         bundle.args = args
         result, fig = entry[1](args, bundle)
         if args.plot and fig is None:

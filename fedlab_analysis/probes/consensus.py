@@ -195,26 +195,27 @@ def from_checkpoint(bundle, by: str = "block", weights: str = "uniform") -> dict
 
 
 def plot(result: dict, title: str | None = None):
-    """Per-layer bars of every form: raw, per parameter and relative (three panels, log scale)."""
+    """Per-layer horizontal bars of every form: raw, per parameter and relative (three panels, log scale)."""
     import numpy as np
 
-    from ..plots import figure
-    fig, ax = figure(ncols=3, w=4.6)
+    from ..plots import layer_figure, title as set_title
     forms = result["forms"]
     labels = list(next(iter(forms.values()))["layers"])
-    width = 0.8 / len(forms)
+    fig, ax = layer_figure(len(labels) * max(1, len(forms)) // 2 + 2, ncols=3)
+    height = 0.8 / len(forms)
+    y = np.arange(len(labels))
     for j, (form, r) in enumerate(forms.items()):
         for a, key in zip(ax[0], ("raw", "per_param", "relative")):
             vals = [r["layers"][lab][key] for lab in labels]
-            a.bar(np.arange(len(labels)) + j * width, [v if v is not None else np.nan for v in vals], width,
-                  label=form)
+            a.barh(y + j * height, [v if v is not None else np.nan for v in vals], height, label=form)
     for a, key in zip(ax[0], ("raw: sum ||c - x_i||^2", "per parameter", "relative to ||c||^2")):
-        a.set(title=key, yscale="log", xticks=np.arange(len(labels)) + 0.4 - width / 2)
-        a.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
-    ax[0, 0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
+        a.set(xlabel=key, xscale="log")
+        a.grid(axis="y", visible=False)
+    ax[0, 0].set_yticks(y + 0.4 - height / 2, labels)
+    ax[0, 0].invert_yaxis()
+    ax[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.08), ncol=2, frameon=False)
     fig.tight_layout()
+    set_title(fig, title)
     return fig
 
 
@@ -227,8 +228,8 @@ def add_arguments(p):
 def run(args, bundle):
     r = from_checkpoint(bundle, args.by, args.weights)
     summary = {form: v["raw"] for form, v in r["forms"].items()}
-    return {**r, "summary": summary}, plot(r, f"consensus at round {int(bundle.ckpt['round'])}") \
-        if args.plot else None
+    return {**r, "summary": summary}, plot(r, bundle.title(f"consensus distance per {args.by}, {args.weights} "
+                                                          "client weights").split("\n")[0]) if args.plot else None
 
 
 CLI = {"consensus": (add_arguments, run)}

@@ -444,11 +444,12 @@ def _run(question, args, bundle):
         summary = {k: r.get(k) for k in (*keys[question], "n_products", "seconds")}
         summary["n_samples"] = n
         where = f" of {args.layer}" if args.layer else ""
-        what = {"hessian": f"Hessian eigenvalues{where} ({r.get('method', args.method)}, {r['n_products']} HVPs)",
-                "trace": f"Hessian trace{where} ({r.get('method', args.method)}, {r['n_products']} HVPs)",
-                "density": f"Hessian spectral density{where} (SLQ {r['n_steps']} steps x {r['n_vectors']} "
-                           f"vectors, sigma = {r['sigma']:.2g})" if r.get("sigma") is not None else
-                           f"Hessian spectral density{where}"}[question]
+        if question == "density":
+            sigma = f", sigma = {r['sigma']:.2g}" if r.get("sigma") is not None else ""
+            what = f"Hessian spectral density{where} (SLQ {r['n_steps']} steps x {r['n_vectors']} vectors{sigma})"
+        else:
+            what = (f"Hessian {'eigenvalues' if question == 'hessian' else 'trace'}{where} "
+                    f"({r.get('method', args.method)}, {r['n_products']} HVPs)")
         plot = {"hessian": plot_eigenvalues, "trace": plot_trace, "density": plot_density}[question]
         return {**head, **r, "summary": summary}, plot(r, title=bundle.title(what)) if plot and args.plot else None
     if question == "hessian":
@@ -463,10 +464,10 @@ def _run(question, args, bundle):
                 for label, spec in layer_specs(bundle.space, args.by).items()}
     summary = {label: {k: r[k] for k in ("eigenvalue", "trace") if k in r} for label, r in rows.items()}
     summary = {"layers": summary, "n_samples": n}
-    what = {"hessian": f"Hessian per layer ({args.which} eigenvalue by {args.method}; trace from {args.products} "
-                       "HVPs per layer)",
-            "trace": f"Hessian trace per layer ({args.method}, {args.products} HVPs per layer)",
-            "density": "Hessian spectral density per layer (each panel's own smoothing width)"}[question]
+    what = ("Hessian spectral density per layer (each panel's own smoothing width)" if question == "density" else
+            f"Hessian trace per layer ({args.method}, {args.products} HVPs per layer)" if question == "trace" else
+            f"Hessian per layer ({args.which} eigenvalue by {args.method}; trace from {args.products} HVPs per "
+            "layer)")
     fig = None
     if args.plot:
         fig = (plot_density if question == "density" else plot_per_layer)(rows, title=bundle.title(what))

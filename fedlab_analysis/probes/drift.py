@@ -260,9 +260,9 @@ def plot(q: dict, title: str | None = None):
                 if v is not None}
         a.barh(list(bars), list(bars.values()))
         a.set(xlabel="cosine", xlim=(-1, 1))
-    if title:
-        a.set_title(title, fontsize=9)
     fig.tight_layout()
+    from ..plots import title as set_title
+    set_title(fig, title)
     return fig
 
 
@@ -272,8 +272,8 @@ def add_arguments(p):
 
 def run(args, bundle):
     q = from_checkpoint(bundle, args.batch_size)
-    summary = flat_quality(q)
-    return {**q, "summary": summary}, plot(q, f"{bundle.config['algo']}, round {int(bundle.ckpt['round'])}") \
+    summary = {**flat_quality(q), "n_samples": len(bundle.y)}
+    return {**q, "summary": summary}, plot(q, bundle.title("global-direction estimators against grad F")) \
         if args.plot else None
 
 

@@ -238,8 +238,12 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
     base = Run(cfg, dataset=dataset)
     hook = make_hook("stability", every or cfg.rounds, pairs=pairs, seed=seed, client=client, pool=pool)
     base.callbacks += [hook, *callbacks]
-    for _ in range(cfg.rounds):
-        base.round()
+    from .common import bar
+    with bar(cfg.rounds, f"stability: coupled round ({1 + len(pairs) if isinstance(pairs, list) else 1 + pairs} "
+                         "runs)", "round") as pb:
+        for _ in range(cfg.rounds):
+            base.round()
+            pb.update(1)
     base.model.eval()
     union = torch.cat(base.idx).unique()
     out = {"rounds": cfg.rounds, "beta": ri_beta(cfg), "pairs": [sh.pair for sh in hook.shadows],
@@ -254,9 +258,11 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
 def add_arguments(p):
     p.add_argument("--rounds", type=int, default=None, help="rounds of the neighbouring retraining (default: "
                    "the checkpoint's round; 0 = only the train-test gap)")
-    p.add_argument("--pairs", type=int, default=1, help="neighbouring data sets (client i*, sample j*) to draw")
-    p.add_argument("--client", type=int, default=None, help="client i* whose sample is replaced (default random)")
-    p.add_argument("--pool", type=int, default=1000, help="test points over which |f(w;z) - f(w~;z)| is taken")
+    p.add_argument("--pairs", type=int, default=None,
+                   help="neighbouring data sets (client i*, sample j*) to draw (default: 1)")
+    p.add_argument("--client", type=int, default=None, help="client i* whose sample is replaced (default: random)")
+    p.add_argument("--pool", type=int, default=None,
+                   help="test points over which |f(w;z) - f(w~;z)| is taken (default: 1000)")
 
 
 def run(args, b):
@@ -268,11 +274,17 @@ def run(args, b):
     to = {"device": b.theta.device, "dtype": b.theta.dtype}
     gap = generalization_gap(b.f, b.theta, Xtr.to(**to), ytr.to(b.theta.device), Xte.to(**to), yte.to(b.theta.device))
     R = int(b.ckpt["round"]) if args.rounds is None else args.rounds
-    out = {"gap": gap, "summary": {"gap_loss": gap["gap_loss"], "gap_acc": gap["gap_acc"]}}
+    out = {"gap": gap, "summary": {"gap_loss": gap["gap_loss"], "gap_acc": gap["gap_acc"], "n_train": gap["n_train"],
+                                   "n_test": gap["n_test"]}}
+    if R == 0:
+        from .common import refuse
+        refuse(args, ["pairs", "client", "pool"], "with --rounds 0 (no neighbouring run is trained)")
+    args.pairs = 1 if args.pairs is None else args.pairs
+    args.pool = 1000 if args.pool is None else args.pool
     if R < 0 or args.pairs < 1:
         raise UserError(f"--rounds must be >= 0 and --pairs >= 1 (got {args.rounds}, {args.pairs})")
     if R > 0:
-        cfg = dataclasses.replace(RunConfig.from_dict(b.config), device=args.device,
+        cfg = dataclasses.replace(RunConfig.from_dict(b.config), device=str(b.theta.device),
                                   data_dir=args.data_dir or b.config.get("data_dir"))
         st = uniform_stability(cfg, R, args.pairs, seed=args.seed, client=args.client, pool=args.pool,
                                dataset=ds, keep_runs=True)
@@ -282,7 +294,8 @@ def run(args, b):
             st["base_matches_checkpoint_max_abs"] = float((base.w.cpu().double() - b.theta.cpu().double()).abs().max())
         out["stability"] = st
         out["summary"].update({k: st["summary"][k] for k in ("delta_T_mean", "eps_pool_mean", "r_init_max")})
-    return out, plot(out) if args.plot else None
+    return out, plot(out, b.title(f"generalization gap and uniform stability ({R} coupled rounds)")) \
+        if args.plot else None
 
 
 def plot(result: dict, title: str | None = None):
@@ -298,9 +311,9 @@ def plot(result: dict, title: str | None = None):
             ax[0, 1].plot([row["round"] for row in r], [max(row["delta_w"], 1e-300) for row in r], alpha=0.7)
         ax[0, 1].set(xlabel="round", ylabel="||w^t - w~^t||", yscale="log",
                      title=f"uniform stability ({len(st['pairs'])} pairs)")
-    if title:
-        fig.suptitle(title)
     fig.tight_layout()
+    from ..plots import title as set_title
+    set_title(fig, title)
     return fig
 
 
