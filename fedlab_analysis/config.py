@@ -210,7 +210,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for f in fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
-        h = f"{f.metadata['help']} (default: {default})".replace("%", "%%")
+        h = f.metadata["help"]
+        h = (h if default is None or "default" in h else f"{h} (default: {default})").replace("%", "%%")
         if f.metadata.get("kind") == "json":
             p.add_argument(flag, type=json.loads, default=None, help=h)
         elif f.type in ("bool",) or isinstance(default, bool):
