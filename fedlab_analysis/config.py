@@ -1,6 +1,6 @@
 """RunConfig: every knob of a run in one visible block, with the papers' names and defaults.
 
-Defaults follow the authors' simulator (FL-Simulator, notes/anchors.md section 1.1) where the papers
+Defaults follow the authors' simulator (FL-Simulator, the code released with FedSMOO and FedInit) where the papers
 are silent; an algorithm's own hyper-parameter left at ``None`` takes that paper's default
 (``ALGO_DEFAULTS``). ``--help`` prints every field with its default and meaning.
 """
@@ -76,7 +76,7 @@ class RunConfig:
     # ---- where the authors' code differs from the paper (paper form is the default) ---------------
     lesam_source: str = _f("client_old", "FedLESAM perturbation: client_old (paper, w_i^old - w) | "
                            "last_global_update (the code's source: the last broadcast global update) | "
-                           "released_code (the code exactly, with its flat-vector indexing bug: anchors.md 1.2)")
+                           "released_code (the code exactly, with its flat-vector indexing bug)")
     lesam_s_scale: str = _f("paper", "FedLESAM-S correction: paper (c - c_i, Alg. 3) | code (lamb (c - c_i), the "
                             "released loss term lamb <w, c - c_i>)")
     lesam_first: str = _f("zero", "FedLESAM first participation: zero (no perturbation) | "

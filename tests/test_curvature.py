@@ -1,4 +1,4 @@
-"""Curvature probe (issue 6) against exact answers: float64 logistic regression and a tiny MLP whose
+"""Curvature probe against exact answers: float64 logistic regression and a tiny MLP whose
 Hessian comes from torch.func.hessian + numpy.linalg.eigh."""
 import argparse
 import importlib.util

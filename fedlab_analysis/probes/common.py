@@ -46,12 +46,14 @@ class Bundle:
     data: str = "train"
     bn_mode: str = "eval"
     bn_batch: int | None = None
+    n_available: int | None = None       # samples of --data before --samples drew a subset
 
     def describe(self) -> dict:
         c = self.config
         bn = has_batchnorm(self.model)
         return {"algo": c["algo"], "dataset": c["dataset"], "model": c["model"], "round": int(self.ckpt["round"]),
-                "data": self.data, "n_samples": int(len(self.y)), "n_params": int(self.space.P),
+                "data": self.data, "n_samples": int(len(self.y)), "n_available": self.n_available,
+                "n_params": int(self.space.P),
                 "batchnorm": bn, "bn_mode": self.bn_mode if bn else "n/a (no BatchNorm)",
                 "bn_batch": self.bn_batch if bn and self.bn_mode != "eval" else None}
 
@@ -59,8 +61,9 @@ class Bundle:
         """A figure title naming the run (algorithm, data, round) and the probe's settings ``what``."""
         c = self.config
         bn = f", BN {self.bn_mode}" if has_batchnorm(self.model) else ""
+        of = f" of {self.n_available}" if self.n_available and self.n_available != len(self.y) else ""
         return (f"{c['algo']}, {c['model']} on {c['dataset']}, round {int(self.ckpt['round'])}: {what}\n"
-                f"({self.data} data, {len(self.y)} samples{bn})")
+                f"({self.data} data, {len(self.y)}{of} samples{bn})")
 
 
 # ---- BatchNorm modes ---------------------------------------------------------------------------------------
@@ -167,6 +170,7 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
     bn = has_batchnorm(model)
     bn_batch = int(bn_batch or cfg.get("batch_size") or 32)
     X, y = select_data(ds, ckpt, data, by_client=bn and bn_mode == "train")
+    n_available = len(y)
     if samples is not None and samples < len(y):
         if samples <= 0:
             raise UserError(f"--samples must be > 0 (got {samples})")
@@ -182,7 +186,7 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
     cl = ckpt.get("clients")
     clients = cl["models"].to(device=device, dtype=dtype) if cl else None
     return Bundle(cfg, model, space, theta, f, X, y, clients, cl["ids"] if cl else None, ckpt, data, bn_mode,
-                  bn_batch)
+                  bn_batch, n_available)
 
 
 def require_clients(b: Bundle, what: str) -> torch.Tensor:

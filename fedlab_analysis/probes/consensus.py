@@ -1,21 +1,21 @@
-"""Consensus distance, per layer, in every form the five papers use (issue 8).
+"""Consensus distance, per layer, in every form the five papers use.
 
 Every form is one weighted spread sum_i p_i ||c - x_i||^2 of client models x_i around a centre c, with
 client weights p_i uniform (the papers) or proportional to the clients' data sizes:
 
-    fedals_cd       FedALS Sec. 1 / Fig. 1 (notes/seed_003 section 0): CD(t) = (1/K) sum_k ||theta_bar_t -
+    fedals_cd       FedALS Sec. 1 / Fig. 1: CD(t) = (1/K) sum_k ||theta_bar_t -
                     theta_{k,t}||^2, theta_bar_t the mean of the client models, at local iterations between
                     synchronisations. Per layer raw, per parameter (/ numel) and relative (/ ||theta_bar^l||^2):
-                    raw CD grows with a layer's parameter count (notes/seed_003 Fig. 1 caveat).
+                    raw CD grows with a layer's parameter count (compare per_param across layers of different size).
     fedinit_delta   FedInit Delta^{t+1} = (1/C) sum_{i in C} ||w_{i,K}^{last} - w^{t+1}||^2 over ALL clients, stale
-                    ones with their latest local model (w^0 before their first round; notes/seed_004 section 1).
+                    ones with their latest local model (w^0 before their first round; FedInit Sec. 4).
     divergence      the released code's probe (FedInit Fig. 2, FedSMOO's text, FL-Simulator):
                     (1/|S|) sum_{i in S} ||w^t_{i,K} - w^{t+1}||^2 over the selected clients against the new global
-                    model, dual-shifted for FedDyn/FedSMOO (notes/seed_004 section 2.3, seed_000 section 2.6).
+                    model, dual-shifted for FedDyn/FedSMOO (the released code).
     fedsmoo_table2  FedSMOO Table 2's row label: (1/n) sum_{i in S} ||w_i^t - w^t||^2, against the round's start.
     fedsmoo_wbar    against w_bar^{t+1} = mean_S w_i^t, the un-shifted average (= fedals_cd of the final models).
     fedsmoo_proof   the proof's delta^t = (1/m) sum_{i in [m]} ||w_i - w_bar^{t+1}||^2, all m clients, stale ones
-                    included (notes/seed_000 section 8 item 6 lists the readings).
+                    included (FedSMOO App. C's proof).
 
 Functions take flat [n, P] client tables and a ParamSpace; ``make_hook`` watches training (FedALS's CD at local
 iterations, the round forms after aggregation) and ``CLI['consensus']`` reads a checkpoint.

@@ -1,4 +1,4 @@
-"""Hessian-vector products of a data-set loss, as a matrix-free operator over flat parameters (issue 6).
+"""Hessian-vector products of a data-set loss, as a matrix-free operator over flat parameters.
 
     H = (1/N) sum_b n_b * H_b  (+ weight_decay * I)
 

@@ -1,4 +1,4 @@
-"""Spectral estimators over a matrix-free symmetric operator (issue 6): top-k eigenpairs, trace, density.
+"""Spectral estimators over a matrix-free symmetric operator : top-k eigenpairs, trace, density.
 
 - ``top_eigenvalues``: Lanczos with full re-orthogonalisation (Golub & Van Loan, Matrix
   Computations, section 10.1; "twice is enough" classical Gram-Schmidt) and a residual-based

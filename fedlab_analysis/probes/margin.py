@@ -1,4 +1,4 @@
-"""The margin generalization bound of FedSMOO Theorem 4.4 (Sun et al. 2023, Eqs. 15-16; notes/seed_000 section 6.5).
+"""The margin generalization bound of FedSMOO Theorem 4.4 (Sun et al. 2023, Eqs. 15-16).
 
     G^f      <= G~_eps^f + O( sqrt( (L^2 L_n^2 d ln(d L) V_L + ln(L D / p)) / ((D - 1) eps^2) ) )     Thm 4.4
     V_L       = prod_l ||W_l||_2^2 * sum_l ||W_l||_F^2 / ||W_l||_2^2                                 Eq. (16)
@@ -7,7 +7,7 @@
 L layers (every Linear / Conv weight), L_n the largest input norm, d the width, D samples, 1 - p confidence, s the
 global perturbation (FedSMOO's s, a one-step SAM perturbation, or none).
 
-Readings chosen (the theorem is stated up to O(.); seed_000 section 8 items 4 and 16):
+Readings chosen (the theorem is stated up to O(.)):
 - ``bound``: the displayed expression with the O-constant 1. ``bound_explicit``: the constants of the proof
   (App. C.2): 4 sqrt((KL + ln(6 L D^{1 + 1/(2L)} / p)) / (D - 1)) with KL = 16 e^4 L^2 L_n^2 d ln(4 d L) V_L / eps^2
   (Lemma C.7, proof step 4, and the union bound over the cover of size L D^{1/(2L)} of step 5).

@@ -1,4 +1,4 @@
-"""Global and local sharpness, and the Jensen gap between the local-SAM and global-SAM objectives (issue 8).
+"""Global and local sharpness, and the Jensen gap between the local-SAM and global-SAM objectives (FedLESAM Eqs. 1-2).
 
     sharpness    s(w) = max_{||delta||_2 <= rho} F(w + delta) - F(w)          FedLESAM Sec. 2.2 (Keskar et al.)
     global       F = mean loss over the union of the clients' data               FedLESAM Sec. 4.1, Fig. 2 right
@@ -8,7 +8,7 @@
     Jensen gap   L - G >= 0 when w_i = w and the inner maxima are exact (E max >= max E)
 
 Inner maximisers (``method``):
-    one_step    delta = rho g / ||g||, g = grad F(w): SAM's first-order solution (seed_001 section 5)
+    one_step    delta = rho g / ||g||, g = grad F(w): SAM's first-order solution (Foret et al. 2021, Eq. 2)
     ascent      ``steps`` normalised projected gradient-ascent steps on the rho-ball, from the one-step point
                 (default) or a random point of the sphere; a step that would lower F is halved until it does
                 not, so the trace never decreases (an m-step ascent from the one-step point never ends below it)

@@ -1,10 +1,10 @@
-"""Generalization gaps and uniform stability (issue 8; FedInit App. B, notes/seed_004 sections 4.6 and 6.2 M4).
+"""Generalization gaps and uniform stability (FedInit App. B, Definition 11).
 
     gap          test loss - train loss, train acc - test acc, train = the union of the clients' data
     stability    Hardt et al. (2016) / FedInit Definition 11: train on C and on a neighbouring C~ (sample j* of
                  client i* replaced by z'), with COUPLED randomness (same client draws, same minibatch indices,
                  same init); report delta^T = ||w^T - w~^T|| and |f(w^T; z) - f(w~^T; z)| over a pool of points
-    recursion    per round t (FedInit's stability recursion, seed_004 section 4.6):
+    recursion    per round t (FedInit's stability recursion, App. B):
                    delta_0^t    = mean over the active clients of ||w_{i,0}^t - w~_{i,0}^t||       (start points)
                    delta_K^t    = mean over the active clients of ||w_{i,K}^t - w~_{i,K}^t||       (after K steps)
                    delta_last^t = (1/C) sum over ALL clients of ||w_i^last - w~_i^last|| (stale ones too; the paper's
@@ -230,7 +230,7 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
                       pool: int | None = 1000, every: int | None = None, dataset=None, keep_runs: bool = False,
                       callbacks=()) -> dict:
     """Train ``cfg`` and ``pairs`` neighbouring runs for ``rounds`` rounds (default cfg.rounds) in lock-step with
-    coupled randomness (seed_004 M4). Returns ``rows`` (one per pair and round), ``summary`` (``summarise``), the
+    coupled randomness (Hardt et al. 2016; FedInit Definition 11). Returns ``rows`` (one per pair and round), ``summary`` (``summarise``), the
     base run's final train-test ``gap``, and with ``keep_runs`` the Run objects (``base``, ``shadows``).
     ``callbacks`` are attached to the base run too (e.g. ``make_hook("gap")``)."""
     cfg = dataclasses.replace(cfg, rounds=int(rounds or cfg.rounds), quiet=True)
