@@ -57,7 +57,9 @@ def layer_figure(n_layers: int, ncols: int = 1, w: float = 4.6):
 
 def levels(Z, n: int = 12, log: bool | None = None):
     """Contour levels inside the finite range of Z: ``n`` log-spaced ones when ``log`` (default: when the
-    range is positive and spans more than a factor of 20), else evenly spaced. Returns (levels, is_log)."""
+    range is positive and spans more than a factor of 20), else at evenly spaced quantiles of Z (3 significant
+    digits), so that the lines spread over the area instead of crowding where the surface is steep.
+    Returns (levels, is_log)."""
     import numpy as np
     Z = np.ma.masked_invalid(np.asarray(Z, dtype=float))
     lo, hi = float(Z.min()), float(Z.max())
@@ -67,7 +69,8 @@ def levels(Z, n: int = 12, log: bool | None = None):
     if log:
         lo = max(lo, 1e-12)
         return np.geomspace(lo, hi, n + 2)[1:-1], True
-    return np.linspace(lo, hi, n + 2)[1:-1], False
+    q = np.quantile(Z.compressed(), np.linspace(0, 1, n + 2)[1:-1])
+    return np.unique([float(f"{v:.3g}") for v in q if lo < float(f"{v:.3g}") < hi]), False
 
 
 def save(fig, path) -> Path:

@@ -400,7 +400,7 @@ def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled:
         cb.update_ticks()
     if len(lv) > 1 or levels is not None:
         cs = ax.contour(a, b, Z, levels=lv, colors="k", linewidths=0.6, norm=norm)
-        _clear_labels(ax, ax.clabel(cs, inline=True, fontsize="small", fmt="%.3g"), result, a, b)
+        _clear_labels(ax, ax.clabel(cs, cs.levels[::2], inline=True, fontsize="small", fmt="%.3g"), result, a, b)
     _mark(ax, result)
     ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
     ax.set_aspect("equal", adjustable="box")
@@ -426,6 +426,8 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
     """Several checkpoints side by side on ONE colour (and z) scale. ``overlay`` (FedSMOO Fig. 3: each
     baseline with FedSMOO's surface superimposed) is drawn as a wireframe on every panel."""
     from matplotlib.colors import Normalize
+
+    from ..plots import levels as auto_levels
     if kind not in ("surface", "contour"):
         raise UserError(f"unknown panel kind {kind!r}; use 'surface' or 'contour'")
     titles = titles or [f"#{i}" for i in range(len(results))]
@@ -443,13 +445,16 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
                 ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), Zo, color="k", lw=0.4)
         else:
             m = ax.contourf(A, Bm, Z, levels=np.linspace(norm.vmin, norm.vmax, 31), cmap="viridis", norm=norm)
-            ax.contour(A, Bm, Z, levels=paper_levels(Z), colors="k", linewidths=0.5)
+            ax.contour(A, Bm, Z, levels=auto_levels(Z)[0], colors="k", linewidths=0.5)
         ax.set_title(titles[i])
         if kind == "contour":
             ax.set_aspect("equal", adjustable="box")
             ax.plot([0], [0], "k*", ms=9)
             ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
-    fig.colorbar(m, ax=fig.axes, label=what, shrink=0.7)
+    cb = fig.colorbar(m, ax=fig.axes, label=what, shrink=0.7)
+    from matplotlib.ticker import MaxNLocator
+    cb.locator = MaxNLocator(6)
+    cb.update_ticks()
     return fig
 
 
