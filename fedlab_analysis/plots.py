@@ -29,7 +29,8 @@ def title(fig, text: str | None) -> None:
         import textwrap
         width = max(40, int(fig.get_figwidth() * 11))
         fig.suptitle("\n".join(textwrap.fill(line, width) for line in text.split("\n")), fontsize="medium")
-        if fig.get_layout_engine() is None:
+        from matplotlib.layout_engine import ConstrainedLayoutEngine
+        if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
             fig.tight_layout()
 
 
@@ -50,15 +51,16 @@ def layer_bars(ax, labels, values, errors=None, xlabel: str = "", color="C0") ->
     ax.grid(axis="y", visible=False)
 
 
-def layer_figure(n_layers: int, ncols: int = 1, w: float = 4.6):
+def layer_figure(n_layers: int, ncols: int = 1, w: float = 4.6, **kw):
     """A figure whose height grows with the number of layers (about 0.28 inch per bar)."""
-    return figure(ncols=ncols, w=w, h=max(2.6, 0.28 * n_layers + 1.4), sharey=True)
+    return figure(ncols=ncols, w=w, h=max(2.6, 0.28 * n_layers + 1.4), sharey=True, **kw)
 
 
 def levels(Z, n: int = 12, log: bool | None = None):
     """Contour levels inside the finite range of Z: ``n`` log-spaced ones when ``log`` (default: when the
     range is positive and spans more than a factor of 20), else at evenly spaced quantiles of Z (3 significant
-    digits), so that the lines spread over the area instead of crowding where the surface is steep.
+    digits of the level spacing), so that the lines spread over the area instead of crowding where the surface
+    is steep.
     Returns (levels, is_log)."""
     import numpy as np
     Z = np.ma.masked_invalid(np.asarray(Z, dtype=float))
@@ -70,7 +72,8 @@ def levels(Z, n: int = 12, log: bool | None = None):
         lo = max(lo, 1e-12)
         return np.geomspace(lo, hi, n + 2)[1:-1], True
     q = np.quantile(Z.compressed(), np.linspace(0, 1, n + 2)[1:-1])
-    return np.unique([float(f"{v:.3g}") for v in q if lo < float(f"{v:.3g}") < hi]), False
+    q = np.unique(np.round(q, int(-np.floor(np.log10((hi - lo) / n))) + 1))
+    return q[(q > lo) & (q < hi)], False
 
 
 def save(fig, path) -> Path:

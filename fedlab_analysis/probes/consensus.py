@@ -201,7 +201,7 @@ def plot(result: dict, title: str | None = None):
     from ..plots import layer_figure, title as set_title
     forms = result["forms"]
     labels = list(next(iter(forms.values()))["layers"])
-    fig, ax = layer_figure(len(labels) * max(1, len(forms)) // 2 + 2, ncols=3)
+    fig, ax = layer_figure(len(labels) * max(1, len(forms)) // 2 + 2, ncols=3, layout="constrained")
     height = 0.8 / len(forms)
     y = np.arange(len(labels))
     for j, (form, r) in enumerate(forms.items()):
@@ -213,8 +213,8 @@ def plot(result: dict, title: str | None = None):
         a.grid(axis="y", visible=False)
     ax[0, 0].set_yticks(y + 0.4 - height / 2, labels)
     ax[0, 0].invert_yaxis()
-    ax[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.08), ncol=2, frameon=False)
-    fig.tight_layout()
+    fig.legend(*ax[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=len(forms),
+               fontsize="small", frameon=False)
     set_title(fig, title)
     return fig
 

@@ -359,9 +359,9 @@ def _markers(result) -> list[tuple[float, float]]:
 
 
 def _mark(ax, result):
-    ax.plot([0], [0], "k*", ms=10, label=f"centre ({result['center_loss']:.3g})")
+    ax.plot([0], [0], "k*", ms=10, label=f"centre (loss {result['center_loss']:.5g})")
     for p in result.get("points", []):
-        ax.plot([p["a"]], [p["b"]], "o", ms=7, mec="k", label=f"{p['name']} ({p['loss']:.3g})")
+        ax.plot([p["a"]], [p["b"]], "o", ms=7, mec="k", label=f"{p['name']} (loss {p['loss']:.5g})")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, frameon=False)
 
 
@@ -393,14 +393,17 @@ def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled:
     if filled:
         fill = np.geomspace(norm.vmin, norm.vmax, 40) if is_log else np.linspace(norm.vmin, norm.vmax, 40)
         cf = ax.contourf(a, b, Z, levels=fill, cmap="viridis", norm=norm, alpha=0.9, extend="neither")
-        cb = fig.colorbar(cf, ax=ax, label=what + (" (log scale)" if is_log else "") +
+        cb = fig.colorbar(cf, ax=ax, shrink=0.85, label=what + (" (log scale)" if is_log else "") +
                           (f", clipped at {vmax:g}" if vmax is not None else ""))
         from matplotlib.ticker import LogLocator, MaxNLocator
         cb.locator = LogLocator(subs=(1.0, 2.0, 5.0)) if is_log else MaxNLocator(6)
         cb.update_ticks()
     if len(lv) > 1 or levels is not None:
         cs = ax.contour(a, b, Z, levels=lv, colors="k", linewidths=0.6, norm=norm)
-        _clear_labels(ax, ax.clabel(cs, cs.levels[::2], inline=True, fontsize="small", fmt="%.3g"), result, a, b)
+        fmt = "%.3g"
+        if not is_log and len(lv) > 1:   # enough decimals to tell neighbouring levels apart
+            fmt = f"%.{max(0, int(-np.floor(np.log10(np.min(np.diff(lv))))) + 1)}f"
+        _clear_labels(ax, ax.clabel(cs, cs.levels[::2], inline=True, fontsize="small", fmt=fmt), result, a, b)
     _mark(ax, result)
     ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
     ax.set_aspect("equal", adjustable="box")
@@ -690,6 +693,9 @@ def run(args, bundle):
         d1, d2, rng = pca["d1"], pca["d2"], _fit(pca["coords"])
         extra = {"explained": pca["explained"], "trajectory": pca["coords"].tolist(),
                  "rounds": [c["round"] for c in cks]}
+    if rng is not None:          # one range on both axes: the plane is drawn to scale, so make it square too
+        m = max(rng[0][1], rng[1][1])
+        rng = ((-m, m), (-m, m))
     r_a = _range(args.range, rng[0] if rng else (-1.0, 1.0))
     r_b = _range(args.range_y, rng[1] if rng and args.range is None else r_a, "--range-y")
     res = surface(f, theta, d1, d2, data, grid=args.grid, range_=r_a, range_y=r_b, points=points, **ev)

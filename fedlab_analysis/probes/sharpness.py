@@ -376,10 +376,13 @@ def plot(result: dict, title: str | None = None):
     from ..plots import figure, integer_ticks, title as set_title
     fig, ax = figure(ncols=2 if "jensen" in result else 1, w=4.8, h=3.6)
     g = result["global"]
-    ax[0, 0].plot(range(len(g["trace"])), g["trace"], marker="o")
-    integer_ticks(ax[0, 0].xaxis)
-    ax[0, 0].set(xlabel="ascent step", ylabel="F(w + delta) - F(w)",
-                 title=f"global sharpness {g['sharpness']:.3g}")
+    if len(g["trace"]) > 1:
+        ax[0, 0].plot(range(len(g["trace"])), g["trace"], marker="o")
+        integer_ticks(ax[0, 0].xaxis)
+        ax[0, 0].set(xlabel="ascent step")
+    else:
+        ax[0, 0].bar([g["method"].replace("_", "-")], g["trace"], width=0.4)
+    ax[0, 0].set(ylabel="F(w + delta) - F(w)", title=f"global sharpness {g['sharpness']:.3g}")
     if "jensen" in result:
         j = result["jensen"]
         ax[0, 1].bar(range(len(j["local_sharpness"])), j["local_sharpness"], color="C1", label="local s_i")
