@@ -46,7 +46,8 @@ def layer_bars(ax, labels, values, errors=None, xlabel: str = "", color="C0") ->
     y = np.arange(len(labels))
     ax.barh(y, values, xerr=errors, color=color, capsize=2 if errors is not None else 0)
     ax.set_yticks(y, labels)
-    ax.invert_yaxis()
+    if not ax.yaxis_inverted():             # shared y axes: invert once
+        ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
 
