@@ -309,8 +309,11 @@ def plot(result: dict, title: str | None = None):
         for p in range(len(st["pairs"])):
             r = [row for row in st["rows"] if row["pair"] == p]
             ax[0, 1].plot([row["round"] for row in r], [max(row["delta_w"], 1e-300) for row in r], alpha=0.7)
+        n = len(st["pairs"])
         ax[0, 1].set(xlabel="round", ylabel="||w^t - w~^t||", yscale="log",
-                     title=f"uniform stability ({len(st['pairs'])} pairs)")
+                     title=f"uniform stability ({n} neighbouring pair{'s' if n != 1 else ''})")
+        from ..plots import integer_ticks
+        integer_ticks(ax[0, 1].xaxis)
     fig.tight_layout()
     from ..plots import title as set_title
     set_title(fig, title)
