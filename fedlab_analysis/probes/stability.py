@@ -230,8 +230,9 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
                       pool: int | None = 1000, every: int | None = None, dataset=None, keep_runs: bool = False,
                       callbacks=()) -> dict:
     """Train ``cfg`` and ``pairs`` neighbouring runs for ``rounds`` rounds (default cfg.rounds) in lock-step with
-    coupled randomness (Hardt et al. 2016; FedInit Definition 11). Returns ``rows`` (one per pair and round), ``summary`` (``summarise``), the
-    base run's final train-test ``gap``, and with ``keep_runs`` the Run objects (``base``, ``shadows``).
+    coupled randomness (Hardt et al. 2016; FedInit Definition 11). Returns ``rows`` (one per pair and round),
+    ``summary`` (``summarise``), the base run's final train-test ``gap``, and with ``keep_runs`` the Run objects
+    (``base``, ``shadows``).
     ``callbacks`` are attached to the base run too (e.g. ``make_hook("gap")``)."""
     cfg = dataclasses.replace(cfg, rounds=int(rounds or cfg.rounds), quiet=True)
     from ..trainers.engine import Run
@@ -270,7 +271,7 @@ def run(args, b):
     from ..data import load_dataset
     from .common import select_data
     ds = load_dataset(b.config["dataset"], data_dir=args.data_dir or b.config.get("data_dir"), seed=b.config["seed"])
-    (Xtr, ytr), (Xte, yte) = (select_data(ds, b.ckpt, s) for s in ("train", "test"))
+    (Xtr, ytr), (Xte, yte) = (select_data(ds, b.ckpt, s, by_client=b.bn_mode == "train") for s in ("train", "test"))
     to = {"device": b.theta.device, "dtype": b.theta.dtype}
     gap = generalization_gap(b.f, b.theta, Xtr.to(**to), ytr.to(b.theta.device), Xte.to(**to), yte.to(b.theta.device))
     R = int(b.ckpt["round"]) if args.rounds is None else args.rounds
