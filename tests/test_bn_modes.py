@@ -122,8 +122,8 @@ QUICK = {"hessian": ["--max-iter", "6"], "trace": ["--products", "6"], "density"
 def _probe(name, run_dir, tmp_path, *flags):
     from fedlab_analysis.probe import main
     path = tmp_path / f"{name}.json"
-    code = main([name, str(run_dir), "--samples", "8", "--quiet", "--json", str(path), *QUICK.get(name, []),
-                 *flags])
+    samples = [] if name == "stability" else ["--samples", "8"]     # stability evaluates the full sets
+    code = main([name, str(run_dir), *samples, "--quiet", "--json", str(path), *QUICK.get(name, []), *flags])
     return code, (json.loads(path.read_text()) if path.exists() else None)
 
 
