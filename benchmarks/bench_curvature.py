@@ -1,4 +1,4 @@
-"""Curvature probe benchmark (issue 6): ours vs PyHessian 0.1 vs curvlinops + eigsh, same models and data.
+"""Curvature probe benchmark: ours vs PyHessian 0.1 vs curvlinops + eigsh, same models and data.
 
     .venv/bin/python benchmarks/bench_curvature.py [--quick] [--seeds 3] [--threads 1]
 

@@ -1,9 +1,9 @@
 """RunConfig: every knob of a run in one visible block, with the papers' names and defaults, and the one
 validation layer every entry point goes through.
 
-Defaults follow the authors' simulator (FL-Simulator) where the papers are silent; an algorithm's own
-hyper-parameter left at ``None`` takes that paper's default (``ALGO_DEFAULTS``). ``--help`` prints every field
-with its range and default.
+Defaults follow the authors' simulator (FL-Simulator, the code released with FedSMOO and FedInit) where the papers
+are silent; an algorithm's own hyper-parameter left at ``None`` takes that paper's default (``ALGO_DEFAULTS``).
+``--help`` prints every field with its range and default.
 
 Adding a field is one line: ``name: float = _f(0.1, "help", lo=0, lo_open=True)``. The annotation gives the type
 (int, float, str, bool, dict; ``| None`` allows null), the keywords its rule (``lo``/``hi``/``lo_open``/``hi_open``,
@@ -349,13 +349,27 @@ def _parse_bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """The one ``--help`` formatter of every entry point: each default printed once, as "(default: X)", and
+    nothing for a flag whose help already states its default or that has none (None, off)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "default" in h or action.default in (None, False, argparse.SUPPRESS):
+            return h
+        return super()._get_help_string(action)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """One flag per RunConfig field, named --field-name, defaults, ranges and help from the dataclass."""
     defaults = RunConfig()
     for f in fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
         rng = describe({k: v for k, v in f.metadata.items() if k != "choices"})
-        h = f"{f.metadata['help']} ({rng + '; ' if rng else ''}default: {getattr(defaults, f.name)})"
+        default = getattr(defaults, f.name)          # None: the help says what happens (a paper default, off)
+        said = [rng] * bool(rng) + [f"default: {default}"] * (default is not None
+                                                           and "default" not in f.metadata["help"])
+        h = f"{f.metadata['help']} ({'; '.join(said)})" if said else f.metadata["help"]
         base, _ = _type(f.name)
         typ = {"int": int, "float": float, "dict": json.loads, "bool": _parse_bool}.get(base, str)
         p.add_argument(flag, type=typ, default=None, help=h.replace("%", "%%"),

@@ -74,9 +74,14 @@ def main(argv=None) -> int:
         ck, tag = out / name / "ckpt" / "last.pt", name.replace("fedavg", "FedAvg").replace("fedsmoo", "FedSMOO")
         h = probe("hessian", ck, *PROBE, "--top-k", "3", "--json", out / f"{name}_hessian.json")
         tr = probe("trace", ck, *PROBE, "--products", "60", "--deflate", "3", "--json", out / f"{name}_trace.json")
-        summary[tag].update(top_eigenvalues=h["eigenvalues"], trace=tr["trace"], trace_stderr=tr.get("stderr"))
+        summary[tag].update(top_eigenvalues=h["eigenvalues"], trace=tr["trace"], trace_stderr=tr.get("stderr"),
+                            n_samples=h["n_samples"], n_available=h["n_available"])
         print(f"{tag}: top Hessian eigenvalues {', '.join(f'{v:.3f}' for v in h['eigenvalues'])} "
-              f"({h['n_products']} Hessian-vector products); trace {tr['trace']:.2f} +- {tr.get('stderr', 0):.2f}")
+              f"({h['n_products']} Hessian-vector products); trace {tr['trace']:.2f} +- {tr.get('stderr', 0):.2f}; "
+              f"on {h['n_samples']} of the {h['n_available']} training samples")
+    print(f"(The demo probes a seeded {h['n_samples']}-sample subset to stay fast. `python -m fedlab_analysis.probe "
+          f"hessian CKPT` uses all {h['n_available']} samples by default, so its numbers differ; add "
+          f"{' '.join(PROBE[2:])} to reproduce the ones above.)")
     probe("density", out / "fedavg/ckpt/last.pt", *PROBE, "--json", out / "fedavg_density.json",
           "--plot", out / "density.png")
     probe("landscape", out / "fedavg/ckpt/last.pt", *PROBE, "--grid", args.grid, "--json",
@@ -101,8 +106,10 @@ def side_by_side(out: Path, grid: int) -> None:
         b = rebuild(checkpoint.load(out / name / "ckpt" / "last.pt"), data="train", samples=1000, seed=0)
         d1, d2 = plane_random(b.space, b.theta, seed=0)
         results.append(surface(b.f, b.theta, d1, d2, (b.X, b.y), grid=grid))
-    fig = plot_panel(results, ["FedAvg", "FedSMOO"], kind="contour")
-    fig.suptitle("Train loss around the final global model (random filter-normalised plane, shared colour scale)")
+    fig = plot_panel(results, [f"FedAvg, round {b.ckpt['round']}", f"FedSMOO, round {b.ckpt['round']}"],
+                     kind="contour")
+    plots.title(fig, f"mlp on digits: train loss around each final global model, random filter-normalised plane "
+                 f"(seed 0), {grid} x {grid} grid, {results[0]['n_samples']} training samples, shared colour scale")
     plots.save(fig, out / "fedavg_vs_fedsmoo_landscape.png")
 
 

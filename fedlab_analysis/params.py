@@ -3,9 +3,9 @@
 DESIGN.md core decision 1. A model is a pure function ``f(theta, x)`` of one flat
 vector ``theta``; every per-layer computation goes through the layer table
 (name, shape, offset, numel, block, group). Never index a flat vector by a
-layer number (the FedLESAM release does, anchors.md section 1.2).
+layer number (the FedLESAM release does, in its LESAM.first_step).
 
-Blocks follow FedALS (notes/seed_003 section 1.3): a new block starts at every
+Blocks follow FedALS (Gholami & Seferoglu, Alg. 1): a new block starts at every
 parameter with two or more dimensions (a conv or linear weight); biases and
 normalisation scales join the block of the weight before them. ``phi_layers=L``
 puts blocks ``0..L-1`` in group ``"phi"`` (the representation) and the rest in

@@ -1,5 +1,10 @@
 """One style for every figure (matplotlib + seaborn, Agg backend safe). Each helper takes plain data (the
-dicts that probes return, metrics rows) and returns a Figure; ``save(fig, path)`` writes it."""
+dicts that probes return, metrics rows) and returns a Figure; ``save(fig, path)`` writes it.
+
+The rules every figure follows, written once here: ``style()`` (seaborn whitegrid, colorblind palette, normal
+font sizes), ``title(fig, text)`` (the run and the probe's settings, wrapped), ``integer_ticks(axis)`` on
+an index axis, ``layer_bars`` (horizontal bars that stay readable for tens of layers) and ``levels(Z)``
+(contour levels for the range: log-spaced when it spans more than a factor of 20)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +21,60 @@ def style():
 def figure(ncols=1, nrows=1, w=4.2, h=3.2, **kw):
     style()
     return plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False, **kw)
+
+
+def title(fig, text: str | None) -> None:
+    """The figure's title (the run and the probe's settings), wrapped to the figure's width."""
+    if text:
+        import textwrap
+        width = max(40, int(fig.get_figwidth() * 11))
+        fig.suptitle("\n".join(textwrap.fill(line, width) for line in text.split("\n")), fontsize="medium")
+        from matplotlib.layout_engine import ConstrainedLayoutEngine
+        if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
+            fig.tight_layout()
+
+
+def integer_ticks(axis) -> None:
+    """Integer ticks on an index axis (``ax.xaxis``)."""
+    from matplotlib.ticker import MaxNLocator
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def layer_bars(ax, labels, values, errors=None, xlabel: str = "", color="C0") -> None:
+    """One horizontal bar per layer, the first layer on top, labels at the normal font size."""
+    import numpy as np
+    y = np.arange(len(labels))
+    ax.barh(y, values, xerr=errors, color=color, capsize=2 if errors is not None else 0)
+    ax.set_yticks(y, labels)
+    if not ax.yaxis_inverted():             # shared y axes: invert once
+        ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+
+
+def layer_figure(n_layers: int, ncols: int = 1, w: float = 4.6, **kw):
+    """A figure whose height grows with the number of layers (about 0.28 inch per bar)."""
+    return figure(ncols=ncols, w=w, h=max(2.6, 0.28 * n_layers + 1.4), sharey=True, **kw)
+
+
+def levels(Z, n: int = 12, log: bool | None = None):
+    """Contour levels inside the finite range of Z: ``n`` log-spaced ones when ``log`` (default: when the
+    range is positive and spans more than a factor of 20), else at evenly spaced quantiles of Z (3 significant
+    digits of the level spacing), so that the lines spread over the area instead of crowding where the surface
+    is steep.
+    Returns (levels, is_log)."""
+    import numpy as np
+    Z = np.ma.masked_invalid(np.asarray(Z, dtype=float))
+    lo, hi = float(Z.min()), float(Z.max())
+    if not hi > lo:
+        return np.array([lo]), False
+    log = (lo > 0 and hi / lo > 20) if log is None else log
+    if log:
+        lo = max(lo, 1e-12)
+        return np.geomspace(lo, hi, n + 2)[1:-1], True
+    q = np.quantile(Z.compressed(), np.linspace(0, 1, n + 2)[1:-1])
+    q = np.unique(np.round(q, int(-np.floor(np.log10((hi - lo) / n))) + 1))
+    return q[(q > lo) & (q < hi)], False
 
 
 def save(fig, path) -> Path:

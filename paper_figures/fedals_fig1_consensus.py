@@ -1,6 +1,6 @@
 """FedALS Fig. 1 at small scale: per-layer consensus distance over local iterations for FedAvg.
 
-Paper (Gholami & Seferoglu, Example 1, notes/seed_003 section 3): ResNet-20 trained by FedAvg with tau = 50 on
+Paper (Gholami & Seferoglu, Example 1): ResNet-20 trained by FedAvg with tau = 50 on
 CIFAR-10, 5 clients, 2 classes each; "the early layers responsible for extracting representations exhibit lower
 levels of consensus distance". CD_l(t) = (1/K) sum_k ||theta_bar^l_t - theta^l_{k,t}||^2 at every local iteration;
 it is 0 right after each synchronisation.

@@ -1,10 +1,10 @@
 """FedInit Fig. 2 at small scale: accuracy and divergence over rounds for several beta of relaxed initialisation.
 
-Paper (Sun, Shen, Tao, Fig. 2, notes/seed_004 section 5): FedAvg+RI on CIFAR-10 (ResNet-18-GN), Dir-0.6 10%-100 and
+Paper (Sun, Shen, Tao, Fig. 2): FedAvg+RI on CIFAR-10 (ResNet-18-GN), Dir-0.6 10%-100 and
 Dir-0.1 5%-200, beta = 0, two negative and positive values. Claims: beta > 0 lowers the divergence and gains at
 least 2% accuracy in every setup; negative beta gives larger divergence and worse accuracy "in most cases"; RI
 makes the divergence fluctuate early. The curves are the released code's divergence (1/|S|) sum_{i in S}
-||w^t_{i,K} - w^{t+1}||^2 over the selected clients (notes/seed_004 section 2.3); the theory's Delta^{t+1} =
+||w^t_{i,K} - w^{t+1}||^2 over the selected clients (the authors' released code); the theory's Delta^{t+1} =
 (1/C) sum_{i in C} ||w_{i,K}^{last} - w^{t+1}||^2 averages over ALL clients, stale ones included.
 
 Here: mnist1d, CNN1d, Dirichlet 0.1 over 20 clients at 20% (Bernoulli, the simulator), 10 local steps of 50

@@ -1,6 +1,6 @@
 """FedLESAM Fig. 2 at small scale: perturbation drift (left) and global sharpness (right) over rounds.
 
-Paper (Fan et al. 2024, Sec. 4.1, notes/seed_001 section 5): CIFAR-10, Dirichlet 0.1, 100 clients at 10%;
+Paper (Fan et al. 2024, Sec. 4.1 and Fig. 2): CIFAR-10, Dirichlet 0.1, 100 clients at 10%;
 PD^t = (1/(2KE)) sum_k sum_i ||delta_{g,k} - delta_{i,k}|| with unit directions, delta_{g,k} along grad F at the
 virtual global model w_{g,k} = w^t - eta_g mean_i (w^t - w_{i,k}). Claims: FedLESAM's drift and global sharpness
 are "much smaller than others" (FedSAM, MoFedSAM, FedGAMMA, FedSMOO); FedSAM's global sharpness is not better than
@@ -9,7 +9,7 @@ FedAvg's.
 Here: mnist1d, CNN1d, Dirichlet 0.1 over 20 clients at 25% (Bernoulli), 10 local steps of 50 samples, lr 0.1,
 rho = 0.1 for every method (matched; the config default), 30 rounds. PD by the drift hook at every other local step
 against grad F on a fixed 1000-sample subset of the clients' data; global sharpness of w^{t+1} on the same subset
-by engineer B's ``probes.sharpness.global_sharpness`` (5-step projected ascent from the one-step SAM point, rho
+by the sharpness probe ``probes.sharpness.global_sharpness`` (5-step projected ascent from the one-step SAM point, rho
 matched to training). A third panel shows the stored direction estimators against grad F(w^{t+1}): FedLESAM's
 cos(w_i^old - w, grad F) (mean over clients), FedSMOO's cos(s, grad F), MoFedSAM's cos(Delta, grad F).
 Writes paper_figures/out/fedlesam_fig2_drift/{fig.png, data.json}.
@@ -39,7 +39,7 @@ SAMPLES, RHO = 1000, 0.1
 
 
 def sharpness_hook(rows: list, samples_idx):
-    """After every round: global sharpness of w^{t+1} (engineer B's probe), or nothing when it is missing."""
+    """After every round: global sharpness of w^{t+1} (the sharpness probe), or nothing when it is missing."""
     try:
         from fedlab_analysis.probes.sharpness import global_sharpness
     except ImportError:

@@ -1,9 +1,10 @@
 """FedSMOO Table 2 at small scale: consistency and Hessian of the final global models, Dirichlet 0.6 and 0.1.
 
-Paper (Sun et al. 2023, Table 2, notes/seed_000 "Table 2"): ResNet-18-GN on CIFAR-10, 10% of 100 clients, final
+Paper (Sun et al. 2023, Table 2): ResNet-18-GN on CIFAR-10, 10% of 100 clients, final
 models. FedSMOO beats FedSAM on all three rows at both Dirichlet levels: consistency 0.821 vs 0.866 (0.6), 1.061 vs
 1.245 (0.1); top Hessian eigenvalue 91.5 vs 142.7, 107.4 vs 177.2; trace 1783 vs 3104, 2689 vs 3842.
-The consistency row is ambiguous (seed_000 section 8 item 6); all readings come from probes/consensus.py:
+The consistency row is ambiguous (its label, the text and the proof measure different spreads); all
+readings come from probes/consensus.py:
 row   (1/n) sum_{i in S} ||w_i - w^t||^2, against the round's start (the table's row label; by the consensus hook);
 code  (1/n) sum_{i in S} ||w_i - w^{t+1}||^2, the new global model, dual-shifted for FedDyn/FedSMOO (text, code);
 wbar  the same against the plain average mean_S w_i; proof: (1/m) sum_{i in [m]} ||w_i^last - w_bar||^2.

@@ -1,8 +1,8 @@
-"""Generalization gap and uniform stability of FedAvg vs FedInit at a few beta (FedInit Thm 12, Remark 14; seed_004 M4).
+"""Generalization gap and uniform stability of FedAvg vs FedInit at a few beta (FedInit Thm 12, Remark 14).
 
 Paper claim (FedInit Remark 14): relaxed initialisation improves uniform stability by (1 + 2 beta)^{-1/(1+cKL)}, so
 the generalization error falls as beta grows. Its own recursion multiplies the distance by (1 + 2 beta) per round
-and Thm 15 carries exp(2 sum beta_t) (seed_004 section 4.9 b), and the note's convex toy saw no improvement.
+and Thm 15 carries exp(2 sum beta_t), and the convex toy of fedlab_analysis.theory saw no improvement.
 
 What this script measures, on digits with a small MLP (10 clients, Dirichlet 0.3, half of the clients per round):
 for each beta (0 = FedAvg) the base run and ``PAIRS`` neighbouring runs, each with one training sample of one client

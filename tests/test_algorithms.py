@@ -162,7 +162,7 @@ def test_ri_offsets_average_to_zero_under_full_participation():
 
 def _identical_hessian_clients(m=4, n=30, d=5, seed=0):
     """Every client holds the SAME inputs with its own targets: f_i(w) = 1/2 mean ||W x + b - T[y]||^2 has one
-    Hessian for all clients (notes/seed_004 section 6.2 M2)."""
+    Hessian for all clients (FedInit App. B)."""
     g = np.random.default_rng(seed)
     X = torch.tensor(g.normal(size=(n, d)))
     Xall = X.repeat(m, 1)
@@ -242,7 +242,7 @@ def test_fedals_representation_changes_only_at_multiples_of_alpha_tau():
 
 
 def test_fedals_table2_communication_formula():
-    """notes/seed_003 section 3: comm(alpha) = N (650 + P_phi / alpha) per client, N = 2.344e9 / 269,722 rounds."""
+    """FedALS Example 1: comm(alpha) = N (650 + P_phi / alpha) per client, N = 2.344e9 / 269,722 rounds."""
     from fedlab_analysis.models import build_model
     from fedlab_analysis.params import ParamSpace
     from fedlab_analysis.trainers.algorithms import fedals_floats

@@ -10,7 +10,6 @@ from fedlab_analysis import checkpoint
 from fedlab_analysis.data import Dataset, load_dataset
 from fedlab_analysis.errors import UserError
 from fedlab_analysis.probes.common import rebuild
-from fedlab_analysis.trainers.engine import Run
 from fedlab_analysis.trainers.loop import train
 
 

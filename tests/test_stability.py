@@ -1,4 +1,4 @@
-"""Generalization gap and the coupled uniform-stability probe (FedInit App. B, seed_004 M4)."""
+"""Generalization gap and the coupled uniform-stability probe (FedInit App. B)."""
 import itertools
 import json
 

@@ -1,4 +1,4 @@
-"""FedALS theory checks (notes/seed_003 s4-s6) and the least-squares toy with its closed-form risk."""
+"""FedALS theory checks (Gholami & Seferoglu, Secs. 4-6) and the least-squares toy with its closed-form risk."""
 import numpy as np
 import torch
 from torch.func import grad, hessian

@@ -1,4 +1,4 @@
-"""FedCM theory checks (notes/seed_002 s6, s7) and the quadratic / logistic toy families they run on."""
+"""FedCM theory checks (FedCM Sec. 4, App. A) and the quadratic / logistic toy families they run on."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""FedInit theory checks (notes/seed_004 s4, s6, s7): closed forms to 1e-10, verdicts the note predicts."""
+"""FedInit theory checks (FedInit Sec. 5, App. B): closed forms to 1e-10, verdicts the paper predicts."""
 
 from fedlab_analysis.theory import fedinit
 from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED

@@ -1,7 +1,7 @@
 """FedLESAM theory checks (fedlab_analysis/theory/fedlesam.py).
 
 Exact inner maximisation and closed forms to <= 1e-10 in float64; the simulator against an explicit
-per-client loop; verdicts as notes/seed_001 section 6.6 [CHK] predicts; claims flipping outside their
+per-client loop; verdicts as the paper's analysis predicts; claims flipping outside their
 regime."""
 import math
 

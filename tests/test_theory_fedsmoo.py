@@ -1,7 +1,7 @@
 """FedSMOO theory checks (fedlab_analysis/theory/fedsmoo.py) and the non-convex toys they use.
 
 Identities and closed forms to <= 1e-10 in float64; verdicts as the notes' [CHK] numbers predict
-(notes/seed_000 sections 6.4, 6.6, 7); one claim moved outside its regime flips its verdict."""
+(FedSMOO Sec. 5 and App. C); one claim moved outside its regime flips its verdict."""
 import math
 
 import pytest

@@ -1,21 +1,21 @@
-"""Consensus distance, per layer, in every form the five papers use (issue 8).
+"""Consensus distance, per layer, in every form the five papers use.
 
 Every form is one weighted spread sum_i p_i ||c - x_i||^2 of client models x_i around a centre c, with
 client weights p_i uniform (the papers) or proportional to the clients' data sizes:
 
-    fedals_cd       FedALS Sec. 1 / Fig. 1 (notes/seed_003 section 0): CD(t) = (1/K) sum_k ||theta_bar_t -
+    fedals_cd       FedALS Sec. 1 / Fig. 1: CD(t) = (1/K) sum_k ||theta_bar_t -
                     theta_{k,t}||^2, theta_bar_t the mean of the client models, at local iterations between
                     synchronisations. Per layer raw, per parameter (/ numel) and relative (/ ||theta_bar^l||^2):
-                    raw CD grows with a layer's parameter count (notes/seed_003 Fig. 1 caveat).
+                    raw CD grows with a layer's parameter count (compare per_param across layers of different size).
     fedinit_delta   FedInit Delta^{t+1} = (1/C) sum_{i in C} ||w_{i,K}^{last} - w^{t+1}||^2 over ALL clients, stale
-                    ones with their latest local model (w^0 before their first round; notes/seed_004 section 1).
+                    ones with their latest local model (w^0 before their first round; FedInit Sec. 4).
     divergence      the released code's probe (FedInit Fig. 2, FedSMOO's text, FL-Simulator):
                     (1/|S|) sum_{i in S} ||w^t_{i,K} - w^{t+1}||^2 over the selected clients against the new global
-                    model, dual-shifted for FedDyn/FedSMOO (notes/seed_004 section 2.3, seed_000 section 2.6).
+                    model, dual-shifted for FedDyn/FedSMOO (the released code).
     fedsmoo_table2  FedSMOO Table 2's row label: (1/n) sum_{i in S} ||w_i^t - w^t||^2, against the round's start.
     fedsmoo_wbar    against w_bar^{t+1} = mean_S w_i^t, the un-shifted average (= fedals_cd of the final models).
     fedsmoo_proof   the proof's delta^t = (1/m) sum_{i in [m]} ||w_i - w_bar^{t+1}||^2, all m clients, stale ones
-                    included (notes/seed_000 section 8 item 6 lists the readings).
+                    included (FedSMOO App. C's proof).
 
 Functions take flat [n, P] client tables and a ParamSpace; ``make_hook`` watches training (FedALS's CD at local
 iterations, the round forms after aggregation) and ``CLI['consensus']`` reads a checkpoint.
@@ -195,26 +195,27 @@ def from_checkpoint(bundle, by: str = "block", weights: str = "uniform") -> dict
 
 
 def plot(result: dict, title: str | None = None):
-    """Per-layer bars of every form: raw, per parameter and relative (three panels, log scale)."""
+    """Per-layer horizontal bars of every form: raw, per parameter and relative (three panels, log scale)."""
     import numpy as np
 
-    from ..plots import figure
-    fig, ax = figure(ncols=3, w=4.6)
+    from ..plots import layer_figure, title as set_title
     forms = result["forms"]
     labels = list(next(iter(forms.values()))["layers"])
-    width = 0.8 / len(forms)
+    fig, ax = layer_figure(len(labels) * max(1, len(forms)) // 2 + 2, ncols=3, layout="constrained")
+    height = 0.8 / len(forms)
+    y = np.arange(len(labels))
     for j, (form, r) in enumerate(forms.items()):
         for a, key in zip(ax[0], ("raw", "per_param", "relative")):
             vals = [r["layers"][lab][key] for lab in labels]
-            a.bar(np.arange(len(labels)) + j * width, [v if v is not None else np.nan for v in vals], width,
-                  label=form)
+            a.barh(y + j * height, [v if v is not None else np.nan for v in vals], height, label=form)
     for a, key in zip(ax[0], ("raw: sum ||c - x_i||^2", "per parameter", "relative to ||c||^2")):
-        a.set(title=key, yscale="log", xticks=np.arange(len(labels)) + 0.4 - width / 2)
-        a.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
-    ax[0, 0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        a.set(xlabel=key, xscale="log")
+        a.grid(axis="y", visible=False)
+    ax[0, 0].set_yticks(y + 0.4 - height / 2, labels)
+    ax[0, 0].invert_yaxis()
+    fig.legend(*ax[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=len(forms),
+               fontsize="small", frameon=False)
+    set_title(fig, title)
     return fig
 
 
@@ -227,8 +228,8 @@ def add_arguments(p):
 def run(args, bundle):
     r = from_checkpoint(bundle, args.by, args.weights)
     summary = {form: v["raw"] for form, v in r["forms"].items()}
-    return {**r, "summary": summary}, plot(r, f"consensus at round {int(bundle.ckpt['round'])}") \
-        if args.plot else None
+    return {**r, "summary": summary}, plot(r, bundle.title(f"consensus distance per {args.by}, {args.weights} "
+                                                          "client weights").split("\n")[0]) if args.plot else None
 
 
 CLI = {"consensus": (add_arguments, run)}

@@ -1,8 +1,8 @@
-"""Curvature probe (issue 6): Hessian top eigenvalues, trace and spectral density of a checkpoint's loss.
+"""Curvature probe: Hessian top eigenvalues, trace and spectral density of a checkpoint's loss.
 
-The questions FedSMOO Table 2 and FedLESAM Fig. 2 ask (notes/seed_000 Table 2, seed_001 section 5):
-the top Hessian eigenvalue lambda_max and the trace tr(H) of the global model's training loss, and
-per layer (sharpness per layer, PyHessian issue #10). Function first:
+The questions FedSMOO (Sun et al. 2023) Table 2 and FedLESAM (Fan et al. 2024) Fig. 2 ask: the top Hessian
+eigenvalue lambda_max and the trace tr(H) of the global model's training loss, and per layer (sharpness per
+layer, as PyHessian's per-block analysis, Yao et al. 2020 Sec. 3). Function first:
 
     op = HessianOperator(f, theta, (X, y))                 # hvp.py: H = (1/N) sum_b n_b H_b
     top_eigenvalues(op, k=5)                               # lanczos.py: Lanczos, full re-orth.
@@ -12,9 +12,10 @@ per layer (sharpness per layer, PyHessian issue #10). Function first:
 
 and a CLI through ``python -m fedlab_analysis.probe hessian|trace|density CKPT [...]`` (``CLI``).
 ``--backend pyhessian|curvlinops`` asks the same question through those libraries (optional
-extras) for cross-checks. Readings chosen where the papers say nothing (seed_000 "Hessian
-[AMBIG]"): cross-entropy training loss without weight decay (``--wd`` adds it), eval mode, the full
-chosen data set (``--minibatch N`` for PyHessian's one-batch Hessian).
+extras) for cross-checks. Readings chosen where the papers do not say which Hessian they measure:
+cross-entropy training loss without weight decay (``--wd`` adds it), BatchNorm in train mode (the objective
+the clients optimised; ``--bn-mode``, see probes/common.py), the full chosen data set (``--minibatch N`` for
+PyHessian's one-batch Hessian).
 """
 from __future__ import annotations
 
@@ -51,27 +52,38 @@ def layer_specs(space: ParamSpace, by: str = "block") -> dict[str, str]:
     raise UserError(f"unknown per-layer split {by!r}; use 'block', 'param' or 'group'")
 
 
-def per_layer(f, theta, data, space: ParamSpace, *, by: str = "block", k: int = 1, tol: float = 1e-3,
-              max_iter: int | None = None, trace_products: int = 60, trace_method: str = "hutch++",
-              seed: int = 0, **op_kwargs) -> dict[str, dict]:
-    """Top eigenvalue and trace of each diagonal block H[layer, layer] of the Hessian.
+def per_layer(f, theta, data, space: ParamSpace, *, by: str = "block", k: int = 1, which: str = "LA",
+              method: str = "lanczos", tol: float = 1e-3, max_iter: int | None = None, trace_products: int = 60,
+              trace_method: str = "hutch++", seed: int = 0, progress=None, **op_kwargs) -> dict[str, dict]:
+    """The ``which`` end eigenvalues (by ``method``) and the trace of each diagonal block H[layer, layer].
 
     ``op_kwargs`` go to ``HessianOperator`` (batch_size, loss, weight_decay, backend). A layer with
-    at most ``trace_products`` entries gets its exact trace. Returns ``{label: {spec, dim,
-    top_eigenvalue, eigenvalues, residuals, trace, trace_stderr, n_products, seconds}}``."""
+    at most ``trace_products`` entries gets its exact trace. Returns ``{label: {spec, dim, which,
+    eigenvalue (the most wanted), top_eigenvalue (which='LA' only), eigenvalues, residuals, trace,
+    trace_stderr, n_products, seconds}}``. ``progress``: a bar counting the products."""
     rows = {}
     for label, spec in layer_specs(space, by).items():
         op = HessianOperator(f, theta, data, params=spec, space=space, **op_kwargs)
-        top = top_eigenvalues(op, k=min(k, op.dim), tol=tol, max_iter=max_iter, seed=seed)
+        op.progress = progress
+        if method == "eigsh" and k >= op.dim:
+            raise UserError(f"--method eigsh needs --top-k below every layer's size; layer {label} has {op.dim} "
+                            "parameters: use --method lanczos")
+        top = top_eigenvalues(op, k=min(k, op.dim), which=which, tol=tol, max_iter=max_iter, seed=seed,
+                              method=method)
         tr = trace(op, min(trace_products, op.dim), method=trace_method, seed=seed)
-        rows[label] = {"spec": spec, "dim": op.dim, "top_eigenvalue": top["eigenvalues"][0],
-                       "eigenvalues": top["eigenvalues"], "residuals": top["residuals"],
-                       "converged": top["converged"], "trace": tr["trace"], "trace_stderr": tr["stderr"],
-                       "n_products": op.n_products, "seconds": op.seconds}
+        rows[label] = {"spec": spec, "dim": op.dim, "which": which, "method": method,
+                       "eigenvalue": top["eigenvalues"][0], "eigenvalues": top["eigenvalues"],
+                       "residuals": top["residuals"], "converged": top["converged"], "trace": tr["trace"],
+                       "trace_stderr": tr["stderr"], "n_products": op.n_products, "seconds": op.seconds}
+        if which == "LA":
+            rows[label]["top_eigenvalue"] = top["eigenvalues"][0]
     return rows
 
 
 # ---- figures (plots.py style; pass ax to draw into an existing figure) ---------------------------------
+ORDER = {"LA": "1 = largest", "SA": "1 = most negative", "LM": "1 = largest magnitude"}
+
+
 def _axes(ax, n=1, width=5.0):
     """(figure, [axes]) from the given axes (one or a sequence) or a new figure in plots.py's style."""
     if ax is not None:
@@ -83,51 +95,98 @@ def _axes(ax, n=1, width=5.0):
 
 
 def plot_eigenvalues(result: dict, ax=None, title: str | None = None) -> Figure:
-    """Top-k eigenvalues with their residuals (an eigenvalue lies within the residual)."""
+    """The extreme eigenvalues with their residuals (an eigenvalue of H lies within the residual)."""
+    from ..plots import integer_ticks, title as set_title
     fig, (ax,) = _axes(ax)
     vals = np.array(result["eigenvalues"])
     ax.errorbar(np.arange(1, len(vals) + 1), vals, yerr=result.get("residuals"), fmt="o", capsize=3)
-    ax.set_xlabel(f"index ({result.get('which', 'LA')} order)")
+    integer_ticks(ax.xaxis)
+    ax.set_xlabel(f"eigenvalue rank ({ORDER.get(result.get('which', 'LA'))})")
     ax.set_ylabel("Hessian eigenvalue")
-    ax.set_title(title or f"top-{len(vals)} Hessian eigenvalues ({result.get('method', '')}, "
-                 f"{result.get('n_products', '?')} HVPs)")
+    set_title(fig, title or f"Hessian eigenvalues ({result.get('method', '')}, "
+                            f"{result.get('n_products', '?')} Hessian-vector products)")
+    return fig
+
+
+def plot_trace(result: dict, ax=None, title: str | None = None) -> Figure:
+    """The trace estimate as the probes accumulate: exact part + running mean of the probe values, with its
+    standard error, and the final estimate."""
+    from ..plots import integer_ticks, title as set_title
+    fig, (ax,) = _axes(ax)
+    vals = np.asarray(result.get("probe_values") or [], dtype=float)
+    exact = float(result.get("exact_part", 0.0))
+    if len(vals) >= 2:
+        n = np.arange(1, len(vals) + 1)
+        mean = exact + np.cumsum(vals) / n
+        sd = np.array([vals[:k].std(ddof=1) / np.sqrt(k) if k > 1 else np.nan for k in n])
+        ax.plot(n, mean, label="running estimate")
+        ax.fill_between(n, mean - sd, mean + sd, alpha=0.25, label="+- standard error")
+        ax.set_xlabel("random probes used")
+        integer_ticks(ax.xaxis)
+    else:
+        ax.errorbar([0], [result["trace"]], yerr=[result.get("stderr") or 0.0], fmt="o")
+        ax.set_xticks([])
+    exact_note = f"; {exact:.4g} exact on {result['exact_dim']} directions" if result.get("exact_dim") else ""
+    ax.axhline(result["trace"], color="k", lw=0.8, ls="--",
+               label=f"tr(H) = {result['trace']:.4g} +- {result.get('stderr') or 0:.2g}{exact_note}")
+    ax.set_ylabel("trace estimate")
+    ax.legend(fontsize="small")
+    set_title(fig, title or f"Hessian trace ({result.get('method', '')}, {result.get('n_products', '?')} "
+                            "Hessian-vector products)")
     return fig
 
 
 def plot_density(result: dict, ax=None, title: str | None = None) -> Figure:
-    """The SLQ spectral density on a log scale; ``result`` may also be ``{label: density result}``."""
-    fig, (ax,) = _axes(ax, width=6.0)
+    """The SLQ spectral density on a log scale; ``result`` may also be ``{label: density result}``: one panel
+    per layer then (facets), each stating its own smoothing width sigma."""
+    from ..plots import figure, title as set_title
     curves = {"": result} if "density" in result else result
-    for label, r in curves.items():
-        ax.semilogy(r["grid"], np.maximum(np.array(r["density"]), 1e-12), label=label or None)
+    if ax is None and len(curves) > 1:
+        ncols = min(4, len(curves))
+        fig, axes = figure(ncols=ncols, nrows=-(-len(curves) // ncols), w=3.4, h=2.6)
+        axes = list(axes.flat)
+        for a in axes[len(curves):]:
+            a.set_visible(False)
+    else:
+        fig, axes = _axes(ax, width=6.0)
     one = next(iter(curves.values()))
-    ax.set_xlabel("eigenvalue")
-    ax.set_ylabel("density (log scale)")
-    ax.set_ylim(bottom=max(1e-8, min(np.max(r["density"]) for r in curves.values()) * 1e-6))
-    sigma = f", sigma={one['sigma']:.2g}" if one.get("sigma") is not None else ""
-    ax.set_title(title or f"Hessian spectral density (SLQ: {one['n_steps']} steps x {one['n_vectors']} "
-                 f"vectors{sigma})")
-    if len(curves) > 1:
-        ax.legend(fontsize="small")
+    for i, (label, r) in enumerate(curves.items()):
+        a = axes[min(i, len(axes) - 1)]
+        d = np.maximum(np.array(r["density"]), 1e-12)
+        a.semilogy(r["grid"], d)
+        a.set_ylim(bottom=max(1e-8, float(d.max()) * 1e-6))
+        sigma = f"sigma = {r['sigma']:.2g}" if r.get("sigma") is not None else ""
+        if label:
+            a.set_title(f"{label} ({sigma})" if sigma else label, fontsize="small")
+        a.set_xlabel("eigenvalue")
+        a.set_ylabel("density (log)")
+    sigma = f", sigma = {one['sigma']:.2g}" if one.get("sigma") is not None and len(curves) == 1 else ""
+    set_title(fig, title or f"Hessian spectral density (SLQ: {one['n_steps']} steps x {one['n_vectors']} "
+                            f"vectors{sigma})")
+    fig.tight_layout()
     return fig
 
 
 def plot_per_layer(result: dict, ax=None, title: str | None = None) -> Figure:
-    """Bars per layer: top eigenvalue (left) and trace with its standard error (right).
-    ``ax`` may be a pair of axes; rows without a top eigenvalue draw the trace panel only."""
+    """Horizontal bars per layer, first layer on top: the extreme eigenvalue (left) and the trace with its
+    standard error (right). ``ax`` may be a pair of axes; rows without an eigenvalue draw the trace only."""
+    from ..plots import layer_bars, layer_figure, title as set_title
     labels = list(result)
-    has_top = all("top_eigenvalue" in r for r in result.values())
-    fig, axes = _axes(ax, 2 if has_top else 1, width=max(4.0, 0.5 * len(labels) + 2))
-    x = np.arange(len(labels))
-    panels = ([("top_eigenvalue", None, "top eigenvalue")] if has_top else []) + \
-        [("trace", "trace_stderr", "trace (+- stderr)")]
-    for a, (key, err, name) in zip(axes, panels):
-        a.bar(x, [r[key] for r in result.values()],
-              yerr=[r.get(err, r.get("stderr")) or 0.0 for r in result.values()] if err else None, capsize=3)
-        a.set_xticks(x, labels, rotation=45, ha="right", fontsize="small")
-        a.set_ylabel(name)
-        a.set_xlabel("layer")
-    fig.suptitle(title or "Hessian per layer (diagonal blocks)")
+    has_top = all("eigenvalue" in r or "top_eigenvalue" in r for r in result.values())
+    if ax is None:
+        fig, axes = layer_figure(len(labels), 2 if has_top else 1)
+        axes = list(axes[0])
+    else:
+        fig, axes = _axes(ax)
+    rows = list(result.values())
+    if has_top:
+        which = rows[0].get("which", "LA")
+        name = {"LA": "largest eigenvalue", "SA": "most negative eigenvalue", "LM": "largest |eigenvalue|"}[which]
+        layer_bars(axes[0], labels, [r.get("eigenvalue", r.get("top_eigenvalue")) for r in rows], xlabel=name)
+    layer_bars(axes[-1], labels, [r["trace"] for r in rows],
+               [r.get("trace_stderr", r.get("stderr")) or 0.0 for r in rows], xlabel="trace (+- stderr)",
+               color="C1")
+    set_title(fig, title or "Hessian per layer (diagonal blocks)")
     fig.tight_layout()
     return fig
 
@@ -229,13 +288,16 @@ def _counting(fn, count: list, n=lambda *a: 1):
 
 
 # ---- command line ---------------------------------------------------------------------------------
+# Flags whose action depends on others default to None here; _run fills the defaults and refuses a flag
+# that cannot act (one line, exit 2).
 def _add_common(p):
     p.add_argument("--layer", default=None, metavar="SPEC",
                    help="restrict H to these parameters: a name, a glob (layer1.*), group:phi, block:3, re:REGEX")
     p.add_argument("--per-layer", action="store_true", help="one result per layer (see --by)")
-    p.add_argument("--by", default="block", choices=["block", "param", "group"],
-                   help="what --per-layer calls a layer (block = a weight with its bias)")
-    p.add_argument("--batch-size", type=int, default=1000, help="HVP chunk size over the data (memory only)")
+    p.add_argument("--by", default=None, choices=["block", "param", "group"],
+                   help="what --per-layer calls a layer (default: block = a weight with its bias)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="HVP chunk size over the data, memory only (default: 1000)")
     p.add_argument("--minibatch", type=int, default=None, metavar="N",
                    help="the Hessian of ONE seeded mini-batch of N samples instead of the whole data")
     p.add_argument("--wd", type=float, default=0.0, help="add wd * I (the weight-decay term)")
@@ -246,7 +308,6 @@ def _add_common(p):
                         "auto: when they fit in a quarter of the free memory")
     p.add_argument("--backend", default="ours", choices=["ours", "pyhessian", "curvlinops"],
                    help="run the question through an optional library instead (cross-check)")
-    p.add_argument("--tol", type=float, default=1e-3, help="relative tolerance")
 
 
 def add_hessian_arguments(p):
@@ -255,8 +316,12 @@ def add_hessian_arguments(p):
     p.add_argument("--which", default="LA", choices=["LA", "SA", "LM"],
                    help="LA: largest, SA: most negative, LM: largest magnitude")
     p.add_argument("--method", default="lanczos", choices=["lanczos", "power", "eigsh"])
-    p.add_argument("--max-iter", type=int, default=None)
-    p.add_argument("--products", type=int, default=60, help="trace products per layer with --per-layer")
+    p.add_argument("--tol", type=float, default=1e-3, help="relative residual at which an eigenvalue is accepted")
+    p.add_argument("--max-iter", type=int, default=None,
+                   help="Lanczos steps (default max(100, 10 top-k)), power steps per eigenvalue (1000) or eigsh "
+                        "restarts")
+    p.add_argument("--products", type=int, default=None,
+                   help="with --per-layer: trace products per layer (default: 60)")
 
 
 def add_trace_arguments(p):
@@ -265,13 +330,16 @@ def add_trace_arguments(p):
     p.add_argument("--method", default="hutch++", choices=["hutchinson", "hutch++"])
     p.add_argument("--deflate", type=int, default=0, metavar="K",
                    help="deflate a Krylov space holding the top-K eigenvectors first")
+    p.add_argument("--tol", type=float, default=None,
+                   help="relative tolerance of the --deflate Lanczos (default 1e-3; PyHessian's trace tolerance "
+                        "with --backend pyhessian)")
 
 
 def add_density_arguments(p):
     _add_common(p)
     p.add_argument("--steps", type=int, default=80, help="Lanczos steps per vector")
     p.add_argument("--vectors", type=int, default=4, help="number of SLQ start vectors")
-    p.add_argument("--sigma", type=float, default=None, help="Gaussian width (default 1%% of the range)")
+    p.add_argument("--sigma", type=float, default=None, help="Gaussian width (default: 1%% of the node range)")
 
 
 def _data(args, bundle):
@@ -306,50 +374,111 @@ def _ask(question, args, bundle, data, spec) -> dict:
     op = HessianOperator(bundle.f, bundle.theta, data, batch_size=args.batch_size if args.minibatch is None
                          else None, weight_decay=args.wd, backend=args.hvp, params=spec, space=bundle.space,
                          keep_graph=_KEEP[args.keep_graph])
+    from .common import bar
     if question == "hessian":
-        r = top_eigenvalues(op, args.top_k, which=args.which, tol=args.tol, max_iter=args.max_iter,
-                            seed=args.seed, method=args.method)
-        r.pop("eigenvectors")
-    elif question == "trace":
-        r = trace(op, args.products, method=args.method, deflate=args.deflate, seed=args.seed, tol=args.tol)
+        total = min(op.dim, max(args.max_iter or max(100, 10 * args.top_k), args.top_k)) \
+            if args.method == "lanczos" else None
     else:
-        r = density(op, args.steps, args.vectors, args.sigma, seed=args.seed)
+        total = args.products if question == "trace" else args.steps * args.vectors
+    with bar(total, f"{question}: Hessian-vector product", "HVP") as op.progress:
+        if question == "hessian":
+            r = top_eigenvalues(op, args.top_k, which=args.which, tol=args.tol, max_iter=args.max_iter,
+                                seed=args.seed, method=args.method)
+            r.pop("eigenvectors")
+        elif question == "trace":
+            r = trace(op, args.products, method=args.method, deflate=args.deflate, seed=args.seed, tol=args.tol)
+        else:
+            r = density(op, args.steps, args.vectors, args.sigma, seed=args.seed)
+    op.progress = None
     return {**r, "seconds_per_product": op.seconds_per_product, "parameters": op.describe()}
 
 
 _KEEP = {"auto": "auto", "on": True, "off": False}
 
 
-def _run(question, args, bundle):
+# flags another backend cannot act on, per question (beyond those only ours has)
+BACKEND_UNUSED = {"pyhessian": {"hessian": ("which",), "trace": (), "density": ()},
+                  "curvlinops": {"hessian": ("max_iter",), "trace": ("tol",), "density": ("sigma",)}}
+
+
+def _check(question, args, bundle):
+    """Refuse every flag that cannot act in this combination (one line), then fill the defaults."""
+    from .common import default, has_batchnorm, refuse
     ours_only = {"--wd": args.wd, "--hvp func": args.hvp != "autograd", "--keep-graph": args.keep_graph == "on",
                  "--per-layer": args.per_layer, "--deflate": getattr(args, "deflate", 0),
                  "--method power/eigsh": getattr(args, "method", None) in ("power", "eigsh")}
-    if args.backend != "ours" and any(ours_only.values()):
-        raise UserError(f"--backend {args.backend} does not take {', '.join(k for k, v in ours_only.items() if v)}; "
-                        "drop it or use --backend ours")
+    if args.backend != "ours":
+        if any(ours_only.values()):
+            raise UserError(f"--backend {args.backend} does not take "
+                            f"{', '.join(k for k, v in ours_only.items() if v)}; drop it or use --backend ours")
+        if question == "hessian" and args.backend == "pyhessian" and args.which != "LA":
+            raise UserError("--which: PyHessian finds the largest eigenvalues only; use --backend ours")
+        refuse(args, [n for n in BACKEND_UNUSED[args.backend][question] if n != "which"],
+               f"with --backend {args.backend}")
+        if has_batchnorm(bundle.model) and bundle.bn_mode == "train":
+            raise UserError(f"--backend {args.backend} evaluates BatchNorm with running statistics only; use "
+                            "--bn-mode eval or recalibrate, or --backend ours")
     if args.layer and args.per_layer:
         raise UserError("give either --layer SPEC or --per-layer, not both")
+    if args.keep_graph == "on" and args.hvp != "autograd":
+        raise UserError("--keep-graph on holds autograd graphs; drop it or use --hvp autograd")
+    if not args.per_layer:
+        refuse(args, ["by"] + (["products"] if question == "hessian" else []), "without --per-layer")
+    if args.minibatch is not None:
+        refuse(args, ["batch_size"], "with --minibatch (the Hessian of one batch of N samples)")
+    if question == "trace" and args.backend == "ours" and not args.deflate:
+        refuse(args, ["tol"], "without --deflate (it is the tolerance of the deflation's Lanczos)")
+    args.by, args.batch_size = default(args, "by", "block"), default(args, "batch_size", 1000)
+    if question == "hessian":
+        args.products = default(args, "products", 60)
+    if question in ("hessian", "trace"):
+        args.tol = default(args, "tol", 1e-3)
+
+
+def _run(question, args, bundle):
+    _check(question, args, bundle)
     data, data_info = _data(args, bundle)
     head = {"backend": args.backend, "seed": args.seed, "dtype": str(bundle.theta.dtype).replace("torch.", ""),
             "data_used": {"split": getattr(args, "data", None), "samples": getattr(args, "samples", None),
                           **data_info}}
+    n = data_info["n"]
     if not args.per_layer:
         r = _ask(question, args, bundle, data, args.layer)
         keys = {"hessian": ("eigenvalues", "residuals"), "trace": ("trace", "stderr"), "density": ("trace",)}
         summary = {k: r.get(k) for k in (*keys[question], "n_products", "seconds")}
-        plot = {"hessian": plot_eigenvalues, "density": plot_density}.get(question)
-        return {**head, **r, "summary": summary}, plot(r) if plot else None
+        summary["n_samples"] = n
+        where = f" of {args.layer}" if args.layer else ""
+        if question == "density":
+            sigma = f", sigma = {r['sigma']:.2g}" if r.get("sigma") is not None else ""
+            what = f"Hessian spectral density{where} (SLQ {r['n_steps']} steps x {r['n_vectors']} vectors{sigma})"
+        else:
+            what = (f"Hessian {'eigenvalues' if question == 'hessian' else 'trace'}{where} "
+                    f"({r.get('method', args.method)}, {r['n_products']} HVPs)")
+        plot = {"hessian": plot_eigenvalues, "trace": plot_trace, "density": plot_density}[question]
+        return {**head, **r, "summary": summary}, plot(r, title=bundle.title(what)) if plot and args.plot else None
     if question == "hessian":
-        rows = per_layer(bundle.f, bundle.theta, data, bundle.space, by=args.by, k=args.top_k, tol=args.tol,
-                         max_iter=args.max_iter, trace_products=args.products, seed=args.seed,
-                         batch_size=args.batch_size if args.minibatch is None else None,
-                         weight_decay=args.wd, backend=args.hvp, keep_graph=_KEEP[args.keep_graph])
+        from .common import bar
+        with bar(None, "hessian per layer: Hessian-vector product", "HVP") as pb:
+            rows = per_layer(bundle.f, bundle.theta, data, bundle.space, by=args.by, k=args.top_k, which=args.which,
+                             method=args.method, tol=args.tol, max_iter=args.max_iter, trace_products=args.products,
+                             seed=args.seed, progress=pb, batch_size=args.batch_size if args.minibatch is None
+                             else None, weight_decay=args.wd, backend=args.hvp, keep_graph=_KEEP[args.keep_graph])
     else:
         rows = {label: _ask(question, args, bundle, data, spec)
                 for label, spec in layer_specs(bundle.space, args.by).items()}
-    summary = {label: {k: r[k] for k in ("top_eigenvalue", "trace") if k in r} for label, r in rows.items()}
-    fig = plot_density(rows) if question == "density" else plot_per_layer(rows)
-    return {**head, "by": args.by, "layers": rows, "summary": summary}, fig
+    summary = {label: {k: r[k] for k in ("eigenvalue", "trace") if k in r} for label, r in rows.items()}
+    summary = {"layers": summary, "n_samples": n}
+    what = ("Hessian spectral density per layer (each panel's own smoothing width)" if question == "density" else
+            f"Hessian trace per layer ({args.method}, {args.products} HVPs per layer)" if question == "trace" else
+            f"Hessian per layer ({args.which} eigenvalue by {args.method}; trace from {args.products} HVPs per "
+            "layer)")
+    fig = None
+    if args.plot:
+        fig = (plot_density if question == "density" else plot_per_layer)(rows, title=bundle.title(what))
+    out = {**head, "by": args.by, "layers": rows, "summary": summary}
+    if question == "hessian":
+        out.update(which=args.which, method=args.method)
+    return out, fig
 
 
 def run_hessian(args, bundle):

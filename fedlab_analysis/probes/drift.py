@@ -1,6 +1,6 @@
-"""Perturbation drift and the quality of the global-direction estimators (issue 8).
+"""Perturbation drift and the quality of the global-direction estimators .
 
-FedLESAM Sec. 4.1 (notes/seed_001 sections 2.3, 5 Fig. 2): the global SAM perturbation at local step k is
+FedLESAM Sec. 4.1 and Fig. 2: the global SAM perturbation at local step k is
 delta_{g,k} = rho grad F(w_{g,k}) / ||grad F(w_{g,k})|| at the virtual global model
 w_{g,k} = w^t - eta_g (1/n) sum_i (w^t - w_{i,k}), F the loss on the union of the clients' data. The drift of
 the clients' actual perturbations delta_{i,k} (FedSAM's local ascent, FedSMOO's corrected s_hat, FedLESAM's
@@ -8,7 +8,7 @@ estimate) is
 
     PD^t = (1 / (2 n E)) sum_k sum_i || u(delta_{g,k}) - u(delta_{i,k}) ||,    u(v) = v / ||v||,
 
-with unit directions, so PD lies in [0, 1] as in the paper's figure (rho divided out, notes/seed_001 section 5).
+with unit directions, so PD lies in [0, 1] as in the paper's figure (rho divided out).
 A client with a zero perturbation (FedLESAM's first participation) has no direction and is left out of the mean.
 The global update itself is judged at both ends: cos(w^t - w^{t+1}, grad F(w^t)) (does the round descend?) and
 cos(w^t - w^{t+1}, grad F(w^{t+1})) (FedLESAM's full-participation estimate of the next ascent direction; negative
@@ -16,10 +16,10 @@ when the round overshoots along sharp directions).
 
 Estimators of grad F(w) that a checkpoint holds (``estimator_quality``):
     FedLESAM Eq. 3   cos(w_i^old - w^t, grad F(w^t)) per client against its staleness t - (last round it trained)
-                     (notes/seed_001 section 6.6, "Eq. 3 beyond theory");
-    FedSMOO          cos(s, grad F(w)) of the server perturbation (notes/seed_000 section 7 item 12);
-    FedCM            cos(Delta_t, grad F(x_t)) and ||Delta_t - grad F(x_t)|| / ||grad F(x_t)|| (notes/seed_002 section
-                     6.2 M).
+                     (Eq. 3 used beyond what its analysis covers);
+    FedSMOO          cos(s, grad F(w)) of the server perturbation (FedSMOO Alg. 1);
+    FedCM            cos(Delta_t, grad F(x_t)) and ||Delta_t - grad F(x_t)|| / ||grad F(x_t)|| (FedCM Sec. 4,
+                     Lemma 4.1).
 ``make_hook`` logs PD at local steps and the estimators after every probed round; ``CLI['drift']`` reads the
 estimators from a checkpoint (the per-step drift needs training, hence the hook).
 """
@@ -260,9 +260,9 @@ def plot(q: dict, title: str | None = None):
                 if v is not None}
         a.barh(list(bars), list(bars.values()))
         a.set(xlabel="cosine", xlim=(-1, 1))
-    if title:
-        a.set_title(title, fontsize=9)
     fig.tight_layout()
+    from ..plots import title as set_title
+    set_title(fig, title)
     return fig
 
 
@@ -272,8 +272,8 @@ def add_arguments(p):
 
 def run(args, bundle):
     q = from_checkpoint(bundle, args.batch_size)
-    summary = flat_quality(q)
-    return {**q, "summary": summary}, plot(q, f"{bundle.config['algo']}, round {int(bundle.ckpt['round'])}") \
+    summary = {**flat_quality(q), "n_samples": len(bundle.y)}
+    return {**q, "summary": summary}, plot(q, bundle.title("global-direction estimators against grad F")) \
         if args.plot else None
 
 

@@ -1,4 +1,4 @@
-"""Hessian-vector products of a data-set loss, as a matrix-free operator over flat parameters (issue 6).
+"""Hessian-vector products of a data-set loss, as a matrix-free operator over flat parameters.
 
     H = (1/N) sum_b n_b * H_b  (+ weight_decay * I)
 
@@ -7,7 +7,7 @@ flat parameter vector theta, or to ``theta[index]`` when a parameter filter is s
 diagonal block of the full Hessian for those coordinates). The mean over the whole chosen data set
 is the default; pass a single (x, y) batch for the Hessian of one mini-batch (PyHessian's mode).
 
-Two backends compute H_b v (anchors.md section 5):
+Two backends compute H_b v:
 - ``"autograd"`` (default): double backward, d/dtheta <grad L(theta), v>. One forward and one
   first backward per batch serve all vectors of a ``matmat`` call; the graph is freed when the call
   returns, so no graph stays alive between calls (PyHessian keeps one for its lifetime). It works
@@ -48,6 +48,7 @@ class Operator:
     device: torch.device
     index: torch.Tensor | None = None
     P: int
+    progress = None          # a tqdm bar counting products, set by the command line
 
     def __init__(self):
         self.n_products = 0
@@ -62,6 +63,8 @@ class Operator:
         out = self._matmat(V)
         self.seconds += time.perf_counter() - t0
         self.n_products += V.shape[0]
+        if self.progress is not None:
+            self.progress.update(V.shape[0])
         return out
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
@@ -173,7 +176,8 @@ class HessianOperator(Operator):
     def _batches(self, data, batch_size):
         if isinstance(data, tuple) and len(data) == 2 and torch.is_tensor(data[0]):
             X, y = data
-            n = len(y) if batch_size is None else batch_size
+            from .common import aligned            # BatchNorm train mode: chunks of whole normalisation groups
+            n = len(y) if batch_size is None else aligned(self.f, batch_size)
             data = list(zip(X.split(n), y.split(n)))
         data = [(x.to(self.device, self.dtype if x.is_floating_point() else x.dtype),
                  y.to(self.device, self.dtype if y.is_floating_point() else y.dtype)) for x, y in data]

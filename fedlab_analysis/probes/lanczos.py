@@ -1,4 +1,4 @@
-"""Spectral estimators over a matrix-free symmetric operator (issue 6): top-k eigenpairs, trace, density.
+"""Spectral estimators over a matrix-free symmetric operator : top-k eigenpairs, trace, density.
 
 - ``top_eigenvalues``: Lanczos with full re-orthogonalisation (Golub & Van Loan, Matrix
   Computations, section 10.1; "twice is enough" classical Gram-Schmidt) and a residual-based
@@ -241,6 +241,7 @@ def trace(op, n_products: int = 100, method: str = "hutch++", deflate: int = 0, 
     stderr = samples.std(ddof=1) / math.sqrt(len(samples)) if len(samples) else 0.0
     return {"trace": float(est), "stderr": float(stderr), "n_products": op.n_products - n0,
             "n_probes": len(samples), "exact_dim": int(B.shape[0]), "exact_part": exact,
+            "probe_values": samples.tolist(),
             "seconds": time.perf_counter() - t0, "method": method, "deflate": deflate, "seed": seed,
             "dim": op.dim}
 

@@ -1,7 +1,7 @@
 """Loss landscapes: filter-normalised random planes (Li et al. 2018), federated planes, 1-D interpolation.
 
 Method (Li, Xu, Taylor, Studer, Goldstein 2018, "Visualizing the Loss Landscape of Neural Nets", and their
-reference code tomgoldstein/loss-landscape, anchors.md section 3.2):
+reference code tomgoldstein/loss-landscape):
   * a direction d is Gaussian, one draw per entry; every >=2-D tensor is filter-normalised, each slice along
     dim 0 (a conv filter / a linear row) rescaled so that ||d_i|| = ||w_i|| (Li et al. Sec. 4);
   * 1-D tensors (biases, norm scales, BatchNorm running stats) get direction 0 by default (``ignore='biasbn'``),
@@ -18,7 +18,7 @@ Federated planes (the reason this module exists; FedSMOO Fig. 3, FedLESAM Figs. 
   * :func:`pca_trajectory` PCA of the run's checkpoints (Li et al. Sec. 7).
 :func:`line` is the 1-D interpolation between two checkpoints (Goodfellow et al. 2015; Li et al. Sec. 3).
 
-Unlike ``loss-landscapes`` 3.0.6 (anchors.md 3.1): directions are zero-mean, filter normalisation is exact and
+Unlike the ``loss-landscapes`` 3.0.6 package: directions are zero-mean, filter normalisation is exact and
 skips 1-D tensors, the grid is not walked in place (no drift, the centre is exact), the caller's model is
 never touched, and everything lives on theta's device. Grid points are evaluated ``batch_points`` at a time
 with ``torch.vmap`` over the stacked parameter vectors.
@@ -122,17 +122,21 @@ def plane_update(space: ParamSpace, theta: Tensor, update: Tensor, seed: int, *,
 
 
 def plane_hessian(f, theta: Tensor, data: tuple[Tensor, Tensor], space: ParamSpace | None = None,
-                  params: str | None = None, seed: int = 0, **kwargs):
+                  params: str | None = None, seed: int = 0, batch_size: int | None = 1000, **kwargs):
     """The plane of the top two Hessian eigenvectors (unit norm) of the mean cross-entropy at theta,
     from the curvature probe's Lanczos (``kwargs`` go to its ``top_eigenvalues``: tol, max_iter, method).
 
     ``params`` (a ParamSpace spec such as 'group:h', needs ``space``) restricts H to those coordinates; the
-    eigenvectors are then zero elsewhere. Returns ``(d1, d2, eigenvalues)``. Along a unit eigenvector v_i
+    eigenvectors are then zero elsewhere. ``batch_size`` samples per HVP chunk bound the memory (None: one
+    batch). Returns ``(d1, d2, eigenvalues)``. Along a unit eigenvector v_i
     the loss is L(theta) + lambda_i a^2 / 2 + O(a^3), so the grid axes are parameter-space distances."""
     from .curvature import HessianOperator, top_eigenvalues  # the curvature probe, imported on use
 
-    op = HessianOperator(f, theta, data, params=params, space=space)
-    out = top_eigenvalues(op, 2, seed=seed, **kwargs)
+    from .common import bar
+    op = HessianOperator(f, theta, data, params=params, space=space, batch_size=batch_size)
+    with bar(None, "hessian plane: Hessian-vector product", "HVP") as op.progress:
+        out = top_eigenvalues(op, 2, seed=seed, **kwargs)
+    op.progress = None
     v = torch.as_tensor(out["eigenvectors"]).to(theta.device, theta.dtype)
     return v[0], v[1], out["eigenvalues"][:2]
 
@@ -192,7 +196,8 @@ def _per_sample(loss, out: Tensor, y: Tensor) -> Tensor:
     return loss(out, y)
 
 
-def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="auto", chunk=16384):
+def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="auto", chunk=16384,
+              desc: str = "landscape: grid point"):
     """Mean loss (and accuracy for 'ce') over ``data`` at the models ``thetas_of(coords[s:e])``.
 
     ``batch_points`` models go through one vmapped forward ('auto': on CPU 512 // N, so 1 from 512 samples
@@ -213,11 +218,13 @@ def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="au
         batch_points = (max(1, min(32, 512 // N)) if dev.type == "cpu"
                         else max(1, min(64, 2**28 // (first.numel() * first.element_size()))))
     B = max(1, min(int(batch_points), n))
-    step = max(1, chunk // B)
+    from .common import aligned                   # BatchNorm train mode: chunks of whole normalisation groups
+    step = aligned(f, max(1, chunk // B))
     vf = torch.vmap(f, in_dims=(0, None))
     losses = torch.zeros(n, dtype=torch.float64, device=dev)  # sums stay on the device: no sync per batch
     correct = torch.zeros(n, dtype=torch.float64, device=dev)
-    with torch.inference_mode():
+    from .common import bar
+    with torch.inference_mode(), bar(n, desc, "point") as pb:
         for s in range(0, n, B):
             th = thetas_of(coords[s:s + B])
             for c in range(0, N, step):
@@ -226,6 +233,7 @@ def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="au
                 losses[s:s + B] += _per_sample(loss, out, yb).sum(1, dtype=torch.float64)
                 if loss == "ce":
                     correct[s:s + B] += (out.argmax(-1) == yb).sum(1, dtype=torch.float64)
+            pb.update(th.shape[0])
     return losses.cpu() / N, (correct.cpu() / N if loss == "ce" else None)
 
 
@@ -253,7 +261,9 @@ def surface(f, theta0: Tensor, d1: Tensor, d2: Tensor, data, grid: int = 25, ran
             range_y=None, batch_points="auto", loss="ce", chunk: int = 16384, points: dict | None = None) -> dict:
     """L(theta0 + a*d1 + b*d2) on a ``grid`` x ``grid`` lattice over ``range_`` (a) x ``range_y`` (b).
 
-    ``data`` = (X, y) is the fixed evaluation set; ``f(theta, x)`` the functional model (eval mode).
+    ``data`` = (X, y) is the fixed evaluation set; ``f(theta, x)`` a pure function of the flat parameters (one
+    that writes no buffer: ``probes.common.functional(model, space, bn_mode)`` makes one from any module, in any
+    BatchNorm mode, without touching the module).
     ``loss[i][j]`` and ``acc[i][j]`` are at (a[i], b[j]) ('ij' indexing). ``points`` {name: (a, b)} are
     evaluated exactly too (e.g. the clients of :func:`plane_through`). Nothing passed in is modified."""
     a = _grid(*map(float, range_), int(grid))
@@ -269,7 +279,7 @@ def surface(f, theta0: Tensor, d1: Tensor, d2: Tensor, data, grid: int = 25, ran
     on_grid = 0.0 in a and 0.0 in b  # then the grid holds the centre and reports that very value
     extra = ([] if on_grid else [(0.0, 0.0)]) + [tuple(map(float, points[k])) for k in names]
     el, ea = _evaluate(f, _plane(theta0, d1, d2), torch.tensor(extra, dtype=torch.float64).view(-1, 2), data,
-                       **opts) if extra else (None, None)
+                       desc="landscape: marked point", **opts) if extra else (None, None)
     if on_grid:
         i, j = a.tolist().index(0.0), b.tolist().index(0.0)
         centre = (Lg[i, j].item(), _item(Ag, (i, j)))
@@ -302,7 +312,7 @@ def line(f, theta_a: Tensor, theta_b: Tensor, data, n: int = 25, extend: float =
     t = torch.tensor([i / (n - 1) for i in range(-m, n + m)], dtype=torch.float64)
     thetas_of = lambda c: (1 - c.to(theta_a)) * theta_a + c.to(theta_a) * theta_b  # noqa: E731
     t0 = time.perf_counter()
-    losses, acc = _evaluate(f, thetas_of, t[:, None], data, **kw)
+    losses, acc = _evaluate(f, thetas_of, t[:, None], data, desc="line: point", **kw)
     seconds = time.perf_counter() - t0
     return {"t": t.tolist(), "loss": losses.tolist(), "acc": None if acc is None else acc.tolist(),
             "loss_a": losses[m].item(), "loss_b": losses[m + n - 1].item(),
@@ -344,38 +354,73 @@ def paper_levels(Z: np.ndarray, n_fallback: int = 12) -> np.ndarray:
     return inside if len(inside) >= 4 else np.linspace(lo, hi, n_fallback + 2)[1:-1]
 
 
+def _markers(result) -> list[tuple[float, float]]:
+    return [(0.0, 0.0)] + [(p["a"], p["b"]) for p in result.get("points", [])]
+
+
 def _mark(ax, result):
-    ax.plot([0], [0], "k*", ms=10, label="centre")
+    ax.plot([0], [0], "k*", ms=10, label=f"centre (loss {result['center_loss']:.5g})")
     for p in result.get("points", []):
-        ax.plot([p["a"]], [p["b"]], "o", ms=7, mec="k", label=f"{p['name']} ({p['loss']:.3g})")
-    ax.legend(fontsize=7, loc="best", framealpha=0.7)
+        ax.plot([p["a"]], [p["b"]], "o", ms=7, mec="k", label=f"{p['name']} (loss {p['loss']:.5g})")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, frameon=False)
 
 
-def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled: bool = True):
-    """Li et al. style contour lines (levels 0.1:10:0.5 by default) over a filled map, with the centre
-    and the plane's marked points."""
+def _clear_labels(ax, texts, result, a, b, radius: float = 0.07):
+    """Remove contour labels within ``radius`` (a fraction of the axis spans) of a marker."""
+    span = np.array([np.ptp(a) or 1.0, np.ptp(b) or 1.0])
+    for t in texts:
+        if any(np.hypot(*((np.array(t.get_position()) - m) / span)) < radius for m in _markers(result)):
+            t.remove()
+
+
+def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled: bool = True,
+                 vmax: float | None = None, log: bool | None = None):
+    """Contour lines over a filled map, with the centre and the plane's marked points (values in the legend).
+
+    Levels follow the range of the values (plots.levels: log-spaced when they span more than a factor of 20,
+    or with ``log=True``); ``vmax`` clips the colour scale so that the basin is not washed out by a few large
+    values. ``levels`` may be given (e.g. Li et al.'s arange(0.1, 10, 0.5): :func:`paper_levels`). Axes share
+    one unit (equal aspect): a plane's distances are compared in both directions."""
+    from matplotlib.colors import LogNorm, Normalize
+
+    from ..plots import levels as auto_levels
     fig, ax = _figure(ax)
     a, b, Z = np.asarray(result["a"]), np.asarray(result["b"]), _Z(result, what)
-    levels = paper_levels(Z) if levels is None else levels
+    if vmax is not None:
+        Z = np.ma.minimum(Z, vmax)
+    lv, is_log = auto_levels(Z, 12, log) if levels is None else (np.asarray(levels), bool(log))
+    norm = LogNorm(max(float(Z.min()), 1e-12), float(Z.max())) if is_log else Normalize(float(Z.min()), float(Z.max()))
     if filled:
-        cf = ax.contourf(a, b, Z, levels=30, cmap="viridis", alpha=0.85)
-        fig.colorbar(cf, ax=ax, label=what)
-    cs = ax.contour(a, b, Z, levels=levels, colors="k", linewidths=0.6)
-    ax.clabel(cs, inline=True, fontsize=7, fmt="%.3g")
+        fill = np.geomspace(norm.vmin, norm.vmax, 40) if is_log else np.linspace(norm.vmin, norm.vmax, 40)
+        cf = ax.contourf(a, b, Z, levels=fill, cmap="viridis", norm=norm, alpha=0.9, extend="neither")
+        cb = fig.colorbar(cf, ax=ax, shrink=0.85, label=what + (" (log scale)" if is_log else "") +
+                          (f", clipped at {vmax:g}" if vmax is not None else ""))
+        from matplotlib.ticker import LogLocator, MaxNLocator
+        cb.locator = LogLocator(subs=(1.0, 2.0, 5.0)) if is_log else MaxNLocator(6)
+        cb.update_ticks()
+    if len(lv) > 1 or levels is not None:
+        cs = ax.contour(a, b, Z, levels=lv, colors="k", linewidths=0.6, norm=norm)
+        fmt = "%.3g"
+        if not is_log and len(lv) > 1:   # enough decimals to tell neighbouring levels apart
+            fmt = f"%.{max(0, int(-np.floor(np.log10(np.min(np.diff(lv))))) + 1)}f"
+        _clear_labels(ax, ax.clabel(cs, cs.levels[::2], inline=True, fontsize="small", fmt=fmt), result, a, b)
     _mark(ax, result)
-    ax.set(xlabel="a (d1)", ylabel="b (d2)")
-    if result.get("isometric"):  # the clients / update planes: one unit on both axes, drawn as such
-        ax.set_aspect("equal")
+    ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
+    ax.set_aspect("equal", adjustable="box")
     return fig
 
 
-def plot_surface3d(result: dict, ax=None, what: str = "loss", vmax: float | None = None, **kw):
-    """3-D surface (Li et al. / FedSMOO Fig. 3); values above ``vmax`` are clipped for display."""
+def plot_surface3d(result: dict, ax=None, what: str = "loss", vmax: float | None = None, log: bool = False,
+                   **kw):
+    """3-D surface (Li et al. / FedSMOO Fig. 3); values above ``vmax`` are clipped for display, ``log`` draws
+    log10 of the values."""
     fig, ax = _figure(ax, projection="3d")
     A, Bm = np.meshgrid(result["a"], result["b"])
     Z = _Z(result, what) if vmax is None else np.minimum(_Z(result, what), vmax)
-    ax.plot_surface(A, Bm, Z, **({"cmap": "coolwarm", "linewidth": 0} | kw))
-    ax.set(xlabel="a", ylabel="b", zlabel=what)
+    if log:
+        Z = np.log10(np.maximum(Z, 1e-12))
+    ax.plot_surface(A, Bm, Z, **({"cmap": "viridis", "linewidth": 0} | kw))
+    ax.set(xlabel="a", ylabel="b", zlabel=f"log10 {what}" if log else what)
     return fig
 
 
@@ -384,6 +429,8 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
     """Several checkpoints side by side on ONE colour (and z) scale. ``overlay`` (FedSMOO Fig. 3: each
     baseline with FedSMOO's surface superimposed) is drawn as a wireframe on every panel."""
     from matplotlib.colors import Normalize
+
+    from ..plots import levels as auto_levels
     if kind not in ("surface", "contour"):
         raise UserError(f"unknown panel kind {kind!r}; use 'surface' or 'contour'")
     titles = titles or [f"#{i}" for i in range(len(results))]
@@ -401,15 +448,22 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
                 ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), Zo, color="k", lw=0.4)
         else:
             m = ax.contourf(A, Bm, Z, levels=np.linspace(norm.vmin, norm.vmax, 31), cmap="viridis", norm=norm)
-            ax.contour(A, Bm, Z, levels=paper_levels(Z), colors="k", linewidths=0.5)
+            ax.contour(A, Bm, Z, levels=auto_levels(Z)[0], colors="k", linewidths=0.5)
         ax.set_title(titles[i])
-    fig.colorbar(m, ax=fig.axes, label=what, shrink=0.7)
+        if kind == "contour":
+            ax.set_aspect("equal", adjustable="box")
+            ax.plot([0], [0], "k*", ms=9)
+            ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
+    cb = fig.colorbar(m, ax=fig.axes, label=what, shrink=0.7)
+    from matplotlib.ticker import MaxNLocator
+    cb.locator = MaxNLocator(6)
+    cb.update_ticks()
     return fig
 
 
-def plot_trajectory(result: dict, coords, explained=None, labels=None, ax=None):
+def plot_trajectory(result: dict, coords, explained=None, labels=None, ax=None, **kw):
     """Li et al. Sec. 7: the contour of the PCA plane with the run's checkpoints projected onto it."""
-    fig = plot_contour(result, ax=ax)
+    fig = plot_contour(result, ax=ax, **kw)
     ax = ax or fig.axes[0]
     c = np.asarray(coords, dtype=float)
     ax.plot(c[:, 0], c[:, 1], "r.-", lw=1, ms=5)
@@ -420,11 +474,11 @@ def plot_trajectory(result: dict, coords, explained=None, labels=None, ax=None):
     return fig
 
 
-def plot_line(result: dict, ax=None):
+def plot_line(result: dict, ax=None, log: bool = False):
     """Loss (left axis) and accuracy (right axis) along a 1-D interpolation (Li et al. plot_1D)."""
     fig, ax = _figure(ax)
     ax.plot(result["t"], result["loss"], "b-", label="loss")
-    ax.set(xlabel="t  (0 = first model, 1 = second)", ylabel="loss")
+    ax.set(xlabel="t  (0 = first model, 1 = second)", ylabel="loss", yscale="log" if log else "linear")
     for x in (0, 1):
         ax.axvline(x, color="0.7", lw=0.6)
     if result.get("acc") is not None:
@@ -448,14 +502,22 @@ def add_arguments(p):
     p.add_argument("--range", default=None, help="lo:hi of a (default -1:1; fitted to the marked points for "
                                                   "the clients/update/pca planes)")
     p.add_argument("--range-y", default=None, help="lo:hi of b (default: as --range)")
-    p.add_argument("--norm", choices=("filter", "layer", "none"), default="filter")
+    p.add_argument("--norm", choices=("filter", "layer", "none"), default=None,
+                   help="normalisation of random directions (random/update planes; default: filter)")
     p.add_argument("--include-1d", action="store_true", help="move biases/norm scales too (direction = w)")
     p.add_argument("--dir-type", choices=("weights", "states"), default="weights",
                    help="states: BatchNorm running statistics are part of the vector (Li et al.)")
     p.add_argument("--orthogonalize", action="store_true", help="random plane: make d2 orthogonal to d1")
     p.add_argument("--clients-pair", default=None,
                    help="clients plane: two client ids I,J (default: the two that trained last)")
-    p.add_argument("--extend", type=float, default=0.25, help="line: how far to continue past each model")
+    p.add_argument("--extend", type=float, default=None,
+                   help="with --other: how far to continue past each model (default: 0.25)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="samples per forward pass and per Hessian-vector chunk of --plane hessian (memory only; "
+                        "default: 16384 // batch-points per forward, 1000 per HVP chunk)")
+    p.add_argument("--vmax", type=float, default=None, help="with --plot: clip the colour scale at this loss")
+    p.add_argument("--log", action="store_true", default=None,
+                   help="with --plot: log colour scale and levels (default: log when the loss spans > 20x)")
     p.add_argument("--batch-points", type=_batch_points, default="auto",
                    help="grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
                         "memory-bounded on GPU)")
@@ -547,28 +609,65 @@ def _client_pair(bundle, text: str | None) -> list[int]:
     return pair
 
 
-def run(args, bundle):
-    """The landscape probe on a rebuilt checkpoint; returns (JSON-able dict, Figure)."""
-    plane, states = args.plane, args.dir_type == "states"
-    if args.other and plane:
-        raise UserError("--other draws a 1-D interpolation; leave out --plane (or --other)")
+def _check(args):
+    """Refuse every flag that cannot act with the others (one line)."""
+    from .common import refuse
     if args.grid < 2:
         raise UserError(f"--grid {args.grid} is too small; use at least 2 (3+ for contours)")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1 (got {args.batch_size})")
+    if not args.plot:
+        refuse(args, ["vmax", "log"], "without --plot (they shape the figure only)")
+    if args.other:
+        if args.plane:
+            raise UserError("--other draws a 1-D interpolation; leave out --plane (or --other)")
+        refuse(args, ["range", "range_y", "norm", "include_1d", "orthogonalize", "clients_pair", "vmax"],
+               "with --other (a 1-D interpolation has no plane)")
+        return
+    refuse(args, ["extend"], "without --other (it extends the 1-D interpolation)")
+    plane = args.plane or "random"
+    if plane != "random":
+        refuse(args, ["orthogonalize"], f"with --plane {plane} (it orthogonalises the random plane)")
+    if plane != "clients":
+        refuse(args, ["clients_pair"], f"with --plane {plane} (it picks the clients of --plane clients)")
+    if plane not in ("random", "update"):
+        refuse(args, ["norm", "include_1d"], f"with --plane {plane} (they shape random directions)")
+    if args.dir_type == "states" and plane in ("clients", "update", "hessian"):
+        raise UserError(f"--dir-type states works with --plane random or pca and with --other, not {plane}")
+
+
+def run(args, bundle):
+    """The landscape probe on a rebuilt checkpoint; returns (JSON-able dict, Figure)."""
+    _check(args)
+    plane, states = args.plane, args.dir_type == "states"
     space, f, theta = (with_states(bundle.model, bundle.space, bundle.theta) if states
                        else (bundle.space, bundle.f, bundle.theta))
     data, bp = (bundle.X, bundle.y), args.batch_points
     common = {"seed": args.seed, "dir_type": args.dir_type}
+    ev = {"batch_points": bp}
+    if args.batch_size:
+        B = args.batch_size
+        ev["chunk"] = B * (1 if bp == "auto" else int(bp))
+    log = args.log
 
     if args.other:
         from ..checkpoint import load
+        extend = 0.25 if args.extend is None else args.extend
         res = line(f, theta, _flat(load(args.other), bundle, states, str(args.other)), data, n=args.grid,
-                   extend=args.extend, batch_points=bp)
-        return {"mode": "line", "other": str(args.other), **common, **res}, plot_line(res)
+                   extend=extend, **ev)
+        res = {"mode": "line", "other": str(args.other), **common, **res}
+        res["summary"] = {"loss_a": res["loss_a"], "loss_b": res["loss_b"], "distance": res["distance"],
+                          "points": len(res["t"])}
+        fig = None
+        if args.plot:
+            fig = plot_line(res, log=bool(log))
+            from ..plots import title
+            title(fig, bundle.title(f"loss along the line to {Path(args.other).name} "
+                                    f"({len(res['t'])} points)"))
+        return res, fig
 
     plane = plane or "random"
-    if states and plane in ("clients", "update", "hessian"):
-        raise UserError(f"--dir-type states works with --plane random or pca and with --other, not {plane}")
-    dir_kw = {"norm": args.norm, "ignore_1d": not args.include_1d}
+    dir_kw = {"norm": args.norm or "filter", "ignore_1d": not args.include_1d}
     points, extra, rng = {}, {}, None
     if plane == "random":
         d1, d2 = plane_random(space, theta, args.seed, args.orthogonalize, **dir_kw)
@@ -583,7 +682,7 @@ def run(args, bundle):
         points = {"previous global": [-1.0, 0.0]}
         rng, extra = ((-1.5, 1.5), (-1.5, 1.5)), {"update_from": source, "isometric": True}
     elif plane == "hessian":
-        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed)
+        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed, batch_size=args.batch_size or 1000)
         extra = {"eigenvalues": eig}
     else:
         cks = [c for c in _run_checkpoints(args.ckpt) if c["round"] < bundle.ckpt["round"]] + [bundle.ckpt]
@@ -594,19 +693,32 @@ def run(args, bundle):
         d1, d2, rng = pca["d1"], pca["d2"], _fit(pca["coords"])
         extra = {"explained": pca["explained"], "trajectory": pca["coords"].tolist(),
                  "rounds": [c["round"] for c in cks]}
+    if rng is not None:          # one range on both axes: the plane is drawn to scale, so make it square too
+        m = max(rng[0][1], rng[1][1])
+        rng = ((-m, m), (-m, m))
     r_a = _range(args.range, rng[0] if rng else (-1.0, 1.0))
     r_b = _range(args.range_y, rng[1] if rng and args.range is None else r_a, "--range-y")
-    res = surface(f, theta, d1, d2, data, grid=args.grid, range_=r_a, range_y=r_b, batch_points=bp, points=points)
-    res = {"mode": "plane", "plane": plane, "norm": args.norm, "include_1d": bool(args.include_1d),
-           **common, **extra, **res}
-    fig = _new_figure((10, 4.2))
+    res = surface(f, theta, d1, d2, data, grid=args.grid, range_=r_a, range_y=r_b, points=points, **ev)
+    res = {"mode": "plane", "plane": plane, "norm": dir_kw["norm"] if plane in ("random", "update") else None,
+           "include_1d": bool(args.include_1d), **common, **extra, **res}
+    res["summary"] = {"center_loss": res["center_loss"], "center_acc": res["center_acc"],
+                      "min_loss": float(np.nanmin(res["loss"])), "max_loss": float(np.nanmax(res["loss"])),
+                      "grid": args.grid}
+    if not args.plot:
+        return res, None
+    fig = _new_figure((10, 4.8))
     ax = fig.add_subplot(1, 2, 1)
     if plane == "pca":
-        plot_trajectory(res, res["trajectory"], res["explained"], res["rounds"], ax=ax)
+        plot_trajectory(res, res["trajectory"], res["explained"], res["rounds"], ax=ax, vmax=args.vmax, log=log)
     else:
-        plot_contour(res, ax=ax)
-    plot_surface3d(res, ax=fig.add_subplot(1, 2, 2, projection="3d"))
-    fig.suptitle(f"loss landscape, {plane} plane, round {bundle.ckpt['round']}")
+        plot_contour(res, ax=ax, vmax=args.vmax, log=log)
+    from ..plots import levels, title
+    is_log = log if log is not None else levels(_Z(res, "loss"))[1]
+    plot_surface3d(res, ax=fig.add_subplot(1, 2, 2, projection="3d"), vmax=args.vmax, log=is_log)
+    how = {"random": f"random {dir_kw['norm']}-normalised plane (seed {args.seed})",
+           "clients": f"plane through clients {extra.get('clients')}", "update": "last-update plane",
+           "hessian": "plane of the top-2 Hessian eigenvectors", "pca": "PCA plane of the trajectory"}[plane]
+    title(fig, bundle.title(f"loss landscape, {how}, {args.grid} x {args.grid} grid"))
     return res, fig
 
 

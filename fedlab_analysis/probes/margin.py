@@ -1,4 +1,4 @@
-"""The margin generalization bound of FedSMOO Theorem 4.4 (Sun et al. 2023, Eqs. 15-16; notes/seed_000 section 6.5).
+"""The margin generalization bound of FedSMOO Theorem 4.4 (Sun et al. 2023, Eqs. 15-16).
 
     G^f      <= G~_eps^f + O( sqrt( (L^2 L_n^2 d ln(d L) V_L + ln(L D / p)) / ((D - 1) eps^2) ) )     Thm 4.4
     V_L       = prod_l ||W_l||_2^2 * sum_l ||W_l||_F^2 / ||W_l||_2^2                                 Eq. (16)
@@ -7,7 +7,7 @@
 L layers (every Linear / Conv weight), L_n the largest input norm, d the width, D samples, 1 - p confidence, s the
 global perturbation (FedSMOO's s, a one-step SAM perturbation, or none).
 
-Readings chosen (the theorem is stated up to O(.); seed_000 section 8 items 4 and 16):
+Readings chosen (the theorem is stated up to O(.)):
 - ``bound``: the displayed expression with the O-constant 1. ``bound_explicit``: the constants of the proof
   (App. C.2): 4 sqrt((KL + ln(6 L D^{1 + 1/(2L)} / p)) / (D - 1)) with KL = 16 e^4 L^2 L_n^2 d ln(4 d L) V_L / eps^2
   (Lemma C.7, proof step 4, and the union bound over the cover of size L D^{1/(2L)} of step 5).
@@ -119,7 +119,9 @@ def V_L(spectral, frobenius) -> float:
 @torch.no_grad()
 def margins(f, theta, X, y, batch_size: int = 2048) -> torch.Tensor:
     """f(theta, x)[y] - max_{j != y} f(theta, x)[j] per sample."""
+    from .common import aligned
     out = []
+    batch_size = aligned(f, batch_size)
     for x, t in zip(X.split(batch_size), y.split(batch_size)):
         z = f(theta, x)
         true = z.gather(1, t[:, None])[:, 0]
@@ -141,16 +143,18 @@ def complexity(V: float, L: int, L_n: float, d: int, D: int, eps: float, p: floa
 
 def margin_bound(model: nn.Module, space, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, *,
                  margin: float | None = None, p: float = 0.05, s: torch.Tensor | None = None,
-                 D: int | None = None, width: int | None = None, quantile: float = 0.1, seed: int = 0) -> dict:
+                 D: int | None = None, width: int | None = None, quantile: float = 0.1, seed: int = 0,
+                 f=None) -> dict:
     """FedSMOO Theorem 4.4 at w = ``theta`` on (X, y) (the union of the clients' training data).
 
     ``margin`` eps (default: the ``quantile`` of the positive margins at w + s, so that
     G~_eps = error + quantile * (1 - error));
-    ``s``: the global perturbation (None = 0); ``D``: the data-set size (default len(y)); ``width``: d."""
+    ``s``: the global perturbation (None = 0); ``D``: the data-set size (default len(y)); ``width``: d;
+    ``f``: the model as a function (default: ``model`` as it is; the probe passes its BatchNorm mode's f)."""
     from ..params import functional
     theta = theta.detach()
     w_s = theta if s is None else theta + s.to(theta)
-    f = functional(model, space)
+    f = functional(model, space) if f is None else f
     norms = layer_norms(model, space, theta, X, seed)
     covered = {r["name"] for r in norms}
     extra = [l.name for l in space.layers if l.name not in covered]
@@ -181,7 +185,8 @@ def margin_bound(model: nn.Module, space, theta: torch.Tensor, X: torch.Tensor, 
 def add_arguments(p):
     p.add_argument("--margin", type=float, default=None,
                    help="margin eps (default: the --quantile of the positive margins)")
-    p.add_argument("--quantile", type=float, default=0.1, help="margin quantile used when --margin is not given")
+    p.add_argument("--quantile", type=float, default=None,
+                   help="margin quantile used when --margin is not given (default: 0.1)")
     p.add_argument("--p", type=float, default=0.05, help="confidence 1 - p")
     p.add_argument("--perturb", choices=("auto", "none", "state", "sam"), default="auto",
                    help="s: FedSMOO's global s from the checkpoint (state), a one-step SAM perturbation rho g/||g|| "
@@ -191,6 +196,12 @@ def add_arguments(p):
 
 
 def run(args, b):
+    from .common import refuse
+    if args.margin is not None:
+        refuse(args, ["quantile"], "with --margin (the quantile only chooses a default margin)")
+    if args.perturb != "sam":
+        refuse(args, ["rho"], f"with --perturb {args.perturb} (it is the radius of --perturb sam)")
+    args.quantile = 0.1 if args.quantile is None else args.quantile
     s, how = None, args.perturb
     has = "s" in b.ckpt.get("algo_state", {})
     if how == "auto":
@@ -205,30 +216,34 @@ def run(args, b):
         rho = training_rho(b.config) if args.rho is None else args.rho
         s = global_sharpness(b.f, b.theta, b.X, b.y, rho, return_delta=True)["delta"]
     r = margin_bound(b.model, b.space, b.theta, b.X, b.y, margin=args.margin, p=args.p, s=s, width=args.width,
-                     quantile=args.quantile, seed=args.seed)
+                     quantile=args.quantile, seed=args.seed, f=b.f)
     r["perturbation"] = how
-    r["summary"] = {k: r[k] for k in ("bound", "bound_explicit", "margin_loss", "margin", "V_L", "bias_free")}
-    return r, plot(r) if args.plot else None
+    r["summary"] = {k: r[k] for k in ("bound", "bound_explicit", "margin_loss", "margin", "V_L", "bias_free", "D")}
+    return r, plot(r, b.title(f"FedSMOO Thm 4.4 margin bound (perturbation {how}, p = {args.p:g})")) \
+        if args.plot else None
 
 
-def plot(r: dict):
-    from ..plots import figure
-    fig, ax = figure(ncols=2)
+def plot(r: dict, title: str | None = None):
+    import numpy as np
+
+    from ..plots import figure, title as set_title
     names = [l["name"] for l in r["layers"]]
-    x = range(len(names))
-    ax[0, 0].bar([i - 0.2 for i in x], [l["spectral"] for l in r["layers"]], width=0.4, label="||W||_2 (operator)")
-    ax[0, 0].bar([i + 0.2 for i in x], [l["spectral_reshaped"] for l in r["layers"]], width=0.4,
-                 label="||W||_2 (reshaped)")
-    ax[0, 0].set_xticks(list(x), names, rotation=60, fontsize=7)
-    ax[0, 0].set(ylabel="spectral norm", title=f"V_L = {r['V_L']:.3g}")
-    ax[0, 0].legend(fontsize=7)
+    fig, ax = figure(ncols=2, w=5.0, h=max(3.2, 0.28 * len(names) + 1.4))
+    y = np.arange(len(names))
+    ax[0, 0].barh(y - 0.2, [l["spectral"] for l in r["layers"]], height=0.4, label="||W||_2 (operator)")
+    ax[0, 0].barh(y + 0.2, [l["spectral_reshaped"] for l in r["layers"]], height=0.4, label="||W||_2 (reshaped)")
+    ax[0, 0].set_yticks(y, names)
+    ax[0, 0].invert_yaxis()
+    ax[0, 0].set(xlabel="spectral norm", title=f"V_L = {r['V_L']:.3g}")
+    ax[0, 0].legend(fontsize="small")
     qs = r["margin_quantiles"]
     ax[0, 1].plot([float(q) for q in qs], list(qs.values()), marker="o")
     ax[0, 1].axhline(r["margin"], color="C3", ls="--", label=f"eps = {r['margin']:.3g}")
     ax[0, 1].set(xlabel="quantile", ylabel="margin at w + s",
                  title=f"G~_eps = {r['margin_loss']:.3g}, bound = {r['bound']:.3g}")
-    ax[0, 1].legend(fontsize=7)
+    ax[0, 1].legend(fontsize="small")
     fig.tight_layout()
+    set_title(fig, title)
     return fig
 
 

@@ -1,4 +1,4 @@
-"""Global and local sharpness, and the Jensen gap between the local-SAM and global-SAM objectives (issue 8).
+"""Global and local sharpness, and the Jensen gap between the local-SAM and global-SAM objectives (FedLESAM Eqs. 1-2).
 
     sharpness    s(w) = max_{||delta||_2 <= rho} F(w + delta) - F(w)          FedLESAM Sec. 2.2 (Keskar et al.)
     global       F = mean loss over the union of the clients' data               FedLESAM Sec. 4.1, Fig. 2 right
@@ -8,7 +8,7 @@
     Jensen gap   L - G >= 0 when w_i = w and the inner maxima are exact (E max >= max E)
 
 Inner maximisers (``method``):
-    one_step    delta = rho g / ||g||, g = grad F(w): SAM's first-order solution (seed_001 section 5)
+    one_step    delta = rho g / ||g||, g = grad F(w): SAM's first-order solution (Foret et al. 2021, Eq. 2)
     ascent      ``steps`` normalised projected gradient-ascent steps on the rho-ball, from the one-step point
                 (default) or a random point of the sphere; a step that would lower F is halved until it does
                 not, so the trace never decreases (an m-step ascent from the one-step point never ends below it)
@@ -64,6 +64,8 @@ class DataObjective(Objective):
             raise UserError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable")
         self.f, self.X, self.y, self.n = f, X, y, len(y)
         self.loss = LOSSES[loss] if isinstance(loss, str) else loss
+        from .common import aligned
+        batch_size = aligned(f, batch_size)       # BatchNorm train mode: whole normalisation groups
         self.chunks = list(zip(X.split(batch_size), y.split(batch_size)))
         super().__init__(lambda th: sum(self._chunk(th, x, t) for x, t in self.chunks))
 
@@ -243,8 +245,13 @@ def jensen_gap(objectives: list[Objective], theta: torch.Tensor, rho: float, *, 
         raise UserError(f"client weights must be {N} non-negative numbers summing to 1")
     if client_thetas is not None and client_thetas.shape[0] != N:
         raise UserError(f"client_thetas has {client_thetas.shape[0]} rows for {N} clients")
+    from .common import bar
     wi = [theta if client_thetas is None else client_thetas[i] for i in range(N)]
-    local = [maximise(F, w, rho, method, **kw) for F, w in zip(objectives, wi)]
+    local = []
+    with bar(N, "sharpness: client", "client") as pb:
+        for F, w in zip(objectives, wi):
+            local.append(maximise(F, w, rho, method, **kw))
+            pb.update(1)
     glob = maximise(Mixture(objectives, p), theta, rho, method, **kw)
     local_sam = sum(float(pi) * r["value"] for pi, r in zip(p, local))
     return {"local_sam": local_sam, "global_sam": glob["value"], "gap": local_sam - glob["value"],
@@ -314,24 +321,33 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
 def add_arguments(p):
     p.add_argument("--rho", type=float, default=None, help="radius (default: the checkpoint's training rho)")
     p.add_argument("--method", choices=METHODS, default="ascent", help="inner maximiser")
-    p.add_argument("--steps", type=int, default=10, help="ascent steps m")
-    p.add_argument("--step-size", type=float, default=None, help="ascent step length (default rho)")
-    p.add_argument("--start", choices=("one_step", "random"), default="one_step", help="ascent start point")
+    p.add_argument("--steps", type=int, default=None, help="ascent steps m (default: 10)")
+    p.add_argument("--step-size", type=float, default=None, help="ascent step length (default: rho)")
+    p.add_argument("--start", choices=("one_step", "random"), default=None,
+                   help="ascent start point (default: one_step)")
     p.add_argument("--local", action="store_true", help="also per-client sharpness and the Jensen gap "
                    "(FedLESAM Eqs. 1-2) at the global model")
     p.add_argument("--at-clients", action="store_true", help="the Jensen gap's Eq. (2) at the clients' last "
                    "local models (needs a checkpoint that kept them)")
-    p.add_argument("--weights", choices=("uniform", "size"), default="uniform", help="client weights p_i")
+    p.add_argument("--weights", choices=("uniform", "size"), default=None,
+                   help="client weights p_i of --local (default: uniform)")
     p.add_argument("--batch-size", type=int, default=4096, help="samples per forward pass")
 
 
 def run(args, b):
-    from .common import require_clients
+    from .common import refuse, require_clients
+    if args.method != "ascent":
+        refuse(args, ["steps", "step_size", "start"], f"with --method {args.method} (they shape the ascent)")
+    if not (args.local or args.at_clients):
+        refuse(args, ["weights"], "without --local (they weight the clients of the Jensen gap)")
+    args.steps, args.start = args.steps or 10, args.start or "one_step"
+    args.weights = args.weights or "uniform"
     rho = training_rho(b.config) if args.rho is None else args.rho
     kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
     g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
     out = {"rho": rho, "rho_source": "training" if args.rho is None else "--rho", "global": g,
-           "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method}}
+           "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method,
+                       "n_samples": g["n_samples"]}}
     if args.local or args.at_clients:
         if b.data != "train":
             raise UserError("--local uses the clients' own data; drop --data (it must be train)")
@@ -345,7 +361,8 @@ def run(args, b):
         out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=p, client_thetas=W, method=args.method, **kw)
         out["summary"].update(jensen_gap=out["jensen"]["gap"],
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
-    return out, plot(out) if args.plot else None
+    what = f"sharpness, rho = {rho:g} ({args.method}{f', {args.steps} steps' if args.method == 'ascent' else ''})"
+    return out, plot(out, b.title(what)) if args.plot else None
 
 
 def _client_data(b, data_dir=None):
@@ -355,21 +372,27 @@ def _client_data(b, data_dir=None):
     return ds.x_train.to(b.theta), ds.y_train.to(b.theta.device)
 
 
-def plot(result: dict):
-    from ..plots import figure
-    fig, ax = figure(ncols=2 if "jensen" in result else 1)
+def plot(result: dict, title: str | None = None):
+    from ..plots import figure, integer_ticks, title as set_title
+    fig, ax = figure(ncols=2 if "jensen" in result else 1, w=4.8, h=3.6)
     g = result["global"]
-    ax[0, 0].plot(range(len(g["trace"])), g["trace"], marker="o")
-    ax[0, 0].set(xlabel="ascent step", ylabel="F(w + delta) - F(w)",
-                 title=f"global sharpness, rho={result['rho']:g} ({g['method']})")
+    if len(g["trace"]) > 1:
+        ax[0, 0].plot(range(len(g["trace"])), g["trace"], marker="o")
+        integer_ticks(ax[0, 0].xaxis)
+        ax[0, 0].set(xlabel="ascent step")
+    else:
+        ax[0, 0].bar([g["method"].replace("_", "-")], g["trace"], width=0.4)
+    ax[0, 0].set(ylabel="F(w + delta) - F(w)", title=f"global sharpness {g['sharpness']:.3g}")
     if "jensen" in result:
         j = result["jensen"]
         ax[0, 1].bar(range(len(j["local_sharpness"])), j["local_sharpness"], color="C1", label="local s_i")
         ax[0, 1].axhline(j["global_sharpness"], color="C0", label="global s")
         ax[0, 1].set(xlabel="client", ylabel="sharpness",
                      title=f"Jensen gap (Eq.2 - Eq.1) = {j['gap']:.3g}")
-        ax[0, 1].legend(fontsize=8)
+        ax[0, 1].legend(fontsize="small")
+        integer_ticks(ax[0, 1].xaxis)
     fig.tight_layout()
+    set_title(fig, title)
     return fig
 
 

@@ -1,10 +1,10 @@
-"""Generalization gaps and uniform stability (issue 8; FedInit App. B, notes/seed_004 sections 4.6 and 6.2 M4).
+"""Generalization gaps and uniform stability (FedInit App. B, Definition 11).
 
     gap          test loss - train loss, train acc - test acc, train = the union of the clients' data
     stability    Hardt et al. (2016) / FedInit Definition 11: train on C and on a neighbouring C~ (sample j* of
                  client i* replaced by z'), with COUPLED randomness (same client draws, same minibatch indices,
                  same init); report delta^T = ||w^T - w~^T|| and |f(w^T; z) - f(w~^T; z)| over a pool of points
-    recursion    per round t (FedInit's stability recursion, seed_004 section 4.6):
+    recursion    per round t (FedInit's stability recursion, App. B):
                    delta_0^t    = mean over the active clients of ||w_{i,0}^t - w~_{i,0}^t||       (start points)
                    delta_K^t    = mean over the active clients of ||w_{i,K}^t - w~_{i,K}^t||       (after K steps)
                    delta_last^t = (1/C) sum over ALL clients of ||w_i^last - w~_i^last|| (stale ones too; the paper's
@@ -35,7 +35,9 @@ def loss_acc(f, theta, X, y, batch_size: int = 2048) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of f(theta, .) on (X, y)."""
     if len(y) == 0:
         raise UserError("the gap needs at least one sample on each side; check --data / --samples")
+    from .common import aligned
     loss = correct = 0.0
+    batch_size = aligned(f, batch_size)
     for x, t in zip(X.split(batch_size), y.split(batch_size)):
         out = f(theta, x)
         loss += float(F.cross_entropy(out, t, reduction="sum"))
@@ -228,16 +230,21 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
                       pool: int | None = 1000, every: int | None = None, dataset=None, keep_runs: bool = False,
                       callbacks=()) -> dict:
     """Train ``cfg`` and ``pairs`` neighbouring runs for ``rounds`` rounds (default cfg.rounds) in lock-step with
-    coupled randomness (seed_004 M4). Returns ``rows`` (one per pair and round), ``summary`` (``summarise``), the
-    base run's final train-test ``gap``, and with ``keep_runs`` the Run objects (``base``, ``shadows``).
+    coupled randomness (Hardt et al. 2016; FedInit Definition 11). Returns ``rows`` (one per pair and round),
+    ``summary`` (``summarise``), the base run's final train-test ``gap``, and with ``keep_runs`` the Run objects
+    (``base``, ``shadows``).
     ``callbacks`` are attached to the base run too (e.g. ``make_hook("gap")``)."""
     cfg = dataclasses.replace(cfg, rounds=int(rounds or cfg.rounds), quiet=True)
     from ..trainers.engine import Run
     base = Run(cfg, dataset=dataset)
     hook = make_hook("stability", every or cfg.rounds, pairs=pairs, seed=seed, client=client, pool=pool)
     base.callbacks += [hook, *callbacks]
-    for _ in range(cfg.rounds):
-        base.round()
+    from .common import bar
+    with bar(cfg.rounds, f"stability: coupled round ({1 + len(pairs) if isinstance(pairs, list) else 1 + pairs} "
+                         "runs)", "round") as pb:
+        for _ in range(cfg.rounds):
+            base.round()
+            pb.update(1)
     base.model.eval()
     union = torch.cat(base.idx).unique()
     out = {"rounds": cfg.rounds, "beta": ri_beta(cfg), "pairs": [sh.pair for sh in hook.shadows],
@@ -252,9 +259,11 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
 def add_arguments(p):
     p.add_argument("--rounds", type=int, default=None, help="rounds of the neighbouring retraining (default: "
                    "the checkpoint's round; 0 = only the train-test gap)")
-    p.add_argument("--pairs", type=int, default=1, help="neighbouring data sets (client i*, sample j*) to draw")
-    p.add_argument("--client", type=int, default=None, help="client i* whose sample is replaced (default random)")
-    p.add_argument("--pool", type=int, default=1000, help="test points over which |f(w;z) - f(w~;z)| is taken")
+    p.add_argument("--pairs", type=int, default=None,
+                   help="neighbouring data sets (client i*, sample j*) to draw (default: 1)")
+    p.add_argument("--client", type=int, default=None, help="client i* whose sample is replaced (default: random)")
+    p.add_argument("--pool", type=int, default=None,
+                   help="test points over which |f(w;z) - f(w~;z)| is taken (default: 1000)")
 
 
 def run(args, b):
@@ -262,15 +271,21 @@ def run(args, b):
     from ..data import load_dataset
     from .common import select_data
     ds = load_dataset(b.config["dataset"], data_dir=args.data_dir or b.config.get("data_dir"), seed=b.config["seed"])
-    (Xtr, ytr), (Xte, yte) = (select_data(ds, b.ckpt, s) for s in ("train", "test"))
+    (Xtr, ytr), (Xte, yte) = (select_data(ds, b.ckpt, s, by_client=b.bn_mode == "train") for s in ("train", "test"))
     to = {"device": b.theta.device, "dtype": b.theta.dtype}
     gap = generalization_gap(b.f, b.theta, Xtr.to(**to), ytr.to(b.theta.device), Xte.to(**to), yte.to(b.theta.device))
     R = int(b.ckpt["round"]) if args.rounds is None else args.rounds
-    out = {"gap": gap, "summary": {"gap_loss": gap["gap_loss"], "gap_acc": gap["gap_acc"]}}
+    out = {"gap": gap, "summary": {"gap_loss": gap["gap_loss"], "gap_acc": gap["gap_acc"], "n_train": gap["n_train"],
+                                   "n_test": gap["n_test"]}}
+    if R == 0:
+        from .common import refuse
+        refuse(args, ["pairs", "client", "pool"], "with --rounds 0 (no neighbouring run is trained)")
+    args.pairs = 1 if args.pairs is None else args.pairs
+    args.pool = 1000 if args.pool is None else args.pool
     if R < 0 or args.pairs < 1:
         raise UserError(f"--rounds must be >= 0 and --pairs >= 1 (got {args.rounds}, {args.pairs})")
     if R > 0:
-        cfg = dataclasses.replace(RunConfig.from_dict(b.config), device=args.device,
+        cfg = dataclasses.replace(RunConfig.from_dict(b.config), device=str(b.theta.device),
                                   data_dir=args.data_dir or b.config.get("data_dir"))
         st = uniform_stability(cfg, R, args.pairs, seed=args.seed, client=args.client, pool=args.pool,
                                dataset=ds, keep_runs=True)
@@ -280,7 +295,8 @@ def run(args, b):
             st["base_matches_checkpoint_max_abs"] = float((base.w.cpu().double() - b.theta.cpu().double()).abs().max())
         out["stability"] = st
         out["summary"].update({k: st["summary"][k] for k in ("delta_T_mean", "eps_pool_mean", "r_init_max")})
-    return out, plot(out) if args.plot else None
+    return out, plot(out, b.title(f"generalization gap and uniform stability ({R} coupled rounds)")) \
+        if args.plot else None
 
 
 def plot(result: dict, title: str | None = None):
@@ -294,11 +310,14 @@ def plot(result: dict, title: str | None = None):
         for p in range(len(st["pairs"])):
             r = [row for row in st["rows"] if row["pair"] == p]
             ax[0, 1].plot([row["round"] for row in r], [max(row["delta_w"], 1e-300) for row in r], alpha=0.7)
+        n = len(st["pairs"])
         ax[0, 1].set(xlabel="round", ylabel="||w^t - w~^t||", yscale="log",
-                     title=f"uniform stability ({len(st['pairs'])} pairs)")
-    if title:
-        fig.suptitle(title)
+                     title=f"uniform stability ({n} neighbouring pair{'s' if n != 1 else ''})")
+        from ..plots import integer_ticks
+        integer_ticks(ax[0, 1].xaxis)
     fig.tight_layout()
+    from ..plots import title as set_title
+    set_title(fig, title)
     return fig
 
 

@@ -21,7 +21,6 @@ one line in ``fedlab_analysis/algos.py`` declaring the hyper-parameters it reads
 """
 from __future__ import annotations
 
-import torch
 
 from .. import algos
 from ..errors import UserError
@@ -95,7 +94,7 @@ class Algorithm:
 
 
 class ALS(Part):
-    """FedALS (Gholami & Seferoglu, Alg. 1 with the intended semantics of notes/seed_003 section 1.3): after global
+    """FedALS (Gholami & Seferoglu, Alg. 1 as its text intends): after global
     local step s = t tau + k + 1, average the head h when s % tau == 0 and the representation phi when
     s % (alpha tau) == 0; un-synchronised groups stay client-local, so every client keeps its own model.
     With ``scaffold`` (Alg. 4): d = g - c_k + mean_j c_j and, at each group's sync,

@@ -148,7 +148,7 @@ class LESAM(Plain):
 
 
 def released_lesam_perturbation(space, u: torch.Tensor, rho: float) -> torch.Tensor:
-    """What FedLESAM's released LESAM.first_step computes (anchors.md section 1.2, notes/seed_001 section 2.6), bug
+    """What FedLESAM's released LESAM.first_step computes (the FedLESAM release's LESAM.first_step), bug
     included, for comparisons with that code only: it indexes the FLAT global update u by the parameter tensor's
     number, so tensor l is shifted by the constant -u[l] rho / (sum_{j < #tensors} |u[j]| + 1e-7)."""
     n = len(space.layers)
