@@ -1,0 +1,153 @@
+"""What every reproduction script shares: the QUICK and FULL settings, the command line, cached multi-seed
+training, mean ± std, the one verdict rule, and how a figure and its numbers are saved.
+
+QUICK (the default) trains on scikit-learn's digits (embedded, nothing downloaded) with a small MLP, so a
+notebook runs in minutes on a 2-core CPU; FedAvg reaches about 94% test accuracy there, above the 85% bar a
+model must meet before it is probed. FULL uses the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN,
+100 clients at 10%, 800 rounds) and wants a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fedlab_analysis import plots
+from fedlab_analysis.config import RunConfig
+from fedlab_analysis.errors import UserError
+
+OUT = Path(__file__).parent / "out"
+
+# digits, MLP [64]: FedAvg reaches ~0.94 test accuracy in 30 rounds (~3 s on one CPU thread)
+QUICK_BASE = dict(dataset="digits", model="mlp", model_kwargs={"widths": [64]}, clients=20, partition="dirichlet",
+                  dir_alpha=0.3, active_ratio=0.5, batch_size=20, local_epochs=2, lr=0.1, lr_decay=1.0, wd=0.0,
+                  rounds=30, quiet=True)
+# the papers' setting (FedSMOO Sec. 5.1, FedLESAM Sec. 5.1, FedCM Sec. 5): CIFAR-10, ResNet-18-GN, 10% of 100
+FULL_BASE = dict(dataset="cifar10", model="resnet18gn", model_kwargs={}, clients=100, partition="dirichlet",
+                 dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1, lr_decay=0.998, wd=1e-3,
+                 augment=True, rounds=800, quiet=True)
+
+VERDICTS = ("reproduced", "not reproduced at this scale", "opposite")
+_COLOURS = {"reproduced": "#d9f0d3", "not reproduced at this scale": "#fee8c8", "opposite": "#fcbba1"}
+_ARGS = {"out": OUT, "data_dir": None, "device": "cpu"}   # set by parse_args; read by config and save_result
+
+
+def parse_args(description: str, argv=None) -> argparse.Namespace:
+    """--full, --seeds N (default 3), --out DIR, --data-dir, --quiet. Bad input: one `error:` line, exit 2."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--full", action="store_true",
+                    help="the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN, 100 clients at 10%%, "
+                         "800 rounds; wants a GPU) instead of QUICK (digits, MLP, minutes on a CPU)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
+    ap.add_argument("--out", default=str(OUT), help=f"output root; results go to OUT/<name>/ (default {OUT})")
+    ap.add_argument("--data-dir", default=None, help="directory with the official CIFAR-10/100 files (--full)")
+    ap.add_argument("--quiet", action="store_true", help="print only the final summary")
+    args = ap.parse_args(argv)
+    err = None
+    if args.seeds < 1:
+        err = f"--seeds: must be >= 1 (got {args.seeds})"
+    elif args.full and not args.data_dir:
+        err = "--data-dir: --full reads CIFAR-10 from a local directory; give --data-dir DIR"
+    elif args.data_dir and not Path(args.data_dir).is_dir():
+        err = f"--data-dir: no directory {args.data_dir!r}"
+    if err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2)
+    from fedlab_analysis.device import resolve, set_threads
+    set_threads(1)                                   # the QUICK MLP is fastest on one thread; shares the machine
+    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, device=str(resolve("auto")) if args.full else "cpu")
+    return args
+
+
+def config(cfg_overrides: dict, seed: int = 0, full: bool = False) -> RunConfig:
+    """The resolved RunConfig: the QUICK or FULL base, then the overrides, then the seed."""
+    base = dict(FULL_BASE, data_dir=_ARGS["data_dir"], device=_ARGS["device"]) if full else QUICK_BASE
+    return RunConfig(**{**base, **cfg_overrides, "seed": seed}).validate()
+
+
+def train_seeds(cfg_overrides: dict, seeds, out_root, full: bool = False, callbacks_fn=None, tag: str = "") -> list:
+    """One run per seed, cached: a run directory named by a hash of the resolved config (and ``tag``, which
+    names what ``callbacks_fn(seed) -> [hooks]`` records) is reused when its last.pt and config.json match.
+    Returns [{"seed", "run_dir", "test_acc", "rows"}, ...]; rows are the metrics.jsonl rows (with the hooks'
+    probe rows when callbacks were given)."""
+    from fedlab_analysis.trainers.loop import train
+    seeds = range(seeds) if isinstance(seeds, int) else seeds
+    out = []
+    for s in seeds:
+        cfg = config(cfg_overrides, s, full)
+        d = cfg.to_dict()
+        key = {k: v for k, v in d.items() if k not in ("quiet", "seed", "device", "threads", "data_dir")}
+        h = hashlib.sha1(json.dumps([key, tag], sort_keys=True).encode()).hexdigest()[:10]
+        run_dir = Path(out_root) / f"{cfg.algo}-{h}-s{s}"
+        cached = run_dir / "ckpt" / "last.pt"
+        same = cached.exists() and json.loads((run_dir / "config.json").read_text()) == d
+        if not same:
+            train(cfg, run_dir, callbacks=callbacks_fn(s) if callbacks_fn else ())
+        rows = plots.read_metrics(run_dir)
+        out.append({"seed": s, "run_dir": str(run_dir), "test_acc": rows[-1]["test_acc"], "rows": rows})
+    return out
+
+
+def mean_std(xs) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
+    x = np.asarray(list(xs), dtype=float)
+    return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else 0.0
+
+
+def verdict(measured_mean: float | None, measured_std: float = 0.0, paper_claim_holds: bool | None = None) -> str:
+    """The one verdict rule.
+
+    For a measured effect, sign it so that > 0 is the direction the paper claims (e.g. FedSAM's lambda_1 minus
+    FedSMOO's): "reproduced" when the mean over seeds is positive by more than one standard deviation,
+    "opposite" when it is negative by more than one standard deviation, otherwise "not reproduced at this scale".
+    For a claim that is checked exactly (an identity, a bound), pass ``paper_claim_holds``: True gives
+    "reproduced", False "not reproduced at this scale"; the mean and std are then only reported.
+    """
+    if paper_claim_holds is not None:
+        return VERDICTS[0] if paper_claim_holds else VERDICTS[1]
+    if measured_mean is None or not np.isfinite(measured_mean):
+        return VERDICTS[1]
+    if measured_mean > measured_std:
+        return VERDICTS[0]
+    if measured_mean < -measured_std:
+        return VERDICTS[2]
+    return VERDICTS[1]
+
+
+def annotate_verdict(fig, text: str) -> None:
+    """The verdict under the axes, in a box coloured by the verdict word it starts with (off the data)."""
+    colour = next((c for v, c in sorted(_COLOURS.items(), key=lambda kv: -len(kv[0]))
+                   if text.lower().startswith(v) or f": {v}" in text.lower()), "#f0f0f0")
+    fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=8.5, wrap=True,
+             bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="0.6"))
+
+
+def save_result(name: str, data: dict, fig) -> Path:
+    """<--out>/<name>/data.json (sorted keys, no timings: reruns compare equal) and fig.png (default --out: paper_figures/out)."""
+    if "verdict" not in data:
+        raise ValueError(f"save_result({name!r}): data has no 'verdict'")
+    d = Path(_ARGS["out"]) / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")
+    plots.save(fig, d / "fig.png")
+    return d
+
+
+def _plain(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if hasattr(x, "tolist"):                        # torch tensors
+        return x.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+
+
+def run_error(err: UserError) -> None:
+    """A UserError from the library as the one `error:` line and exit 2."""
+    print(f"error: {err}", file=sys.stderr)
+    raise SystemExit(2)
