@@ -147,6 +147,19 @@ def _plain(x):
     raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
 
 
+def theory_rows(paper: str, out_dir=None) -> list[dict]:
+    """The paper's convex-toy claims, by the public command `python -m fedlab_analysis.theory PAPER --quick
+    --out DIR` (its report.json: id, claim, where, expected, measured, verdict), reused when DIR has one."""
+    import subprocess
+    out_dir = Path(out_dir or Path(_ARGS["out"]) / "theory_quick" / paper)
+    report = out_dir / "report.json"
+    if not report.exists():
+        subprocess.run([sys.executable, "-m", "fedlab_analysis.theory", paper, "--quick", "--out", str(out_dir)],
+                       check=True, stdout=subprocess.DEVNULL)
+    return [{k: c[k] for k in ("id", "claim", "where", "expected", "measured", "verdict")}
+            for c in json.loads(report.read_text())]
+
+
 def run_error(err: UserError) -> None:
     """A UserError from the library as the one `error:` line and exit 2."""
     print(f"error: {err}", file=sys.stderr)
