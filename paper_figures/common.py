@@ -126,11 +126,16 @@ def annotate_verdict(fig, text: str) -> None:
              bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="0.6"))
 
 
+def out_dir(name: str) -> Path:
+    """<--out>/<name>/: the figure, its numbers and (git-ignored) runs/ cache."""
+    return Path(_ARGS["out"]) / name
+
+
 def save_result(name: str, data: dict, fig) -> Path:
     """<--out>/<name>/data.json (sorted keys, no timings: reruns compare equal) and fig.png (default --out: paper_figures/out)."""
     if "verdict" not in data:
         raise ValueError(f"save_result({name!r}): data has no 'verdict'")
-    d = Path(_ARGS["out"]) / name
+    d = out_dir(name)
     d.mkdir(parents=True, exist_ok=True)
     (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")
     plots.save(fig, d / "fig.png")
