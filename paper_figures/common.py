@@ -118,6 +118,17 @@ def verdict(measured_mean: float | None, measured_std: float = 0.0, paper_claim_
     return VERDICTS[1]
 
 
+def overall(verdicts) -> str:
+    """One verdict for several comparisons: "reproduced" when all are, "opposite" when none is and at least
+    half are opposite, otherwise "not reproduced at this scale"."""
+    vs = list(verdicts)
+    if vs.count(VERDICTS[0]) == len(vs):
+        return VERDICTS[0]
+    if vs.count(VERDICTS[0]) == 0 and 2 * vs.count(VERDICTS[2]) >= len(vs):
+        return VERDICTS[2]
+    return VERDICTS[1]
+
+
 def annotate_verdict(fig, text: str) -> None:
     """The verdict under the axes, in a box coloured by the verdict word it starts with (off the data)."""
     colour = next((c for v, c in sorted(_COLOURS.items(), key=lambda kv: -len(kv[0]))

@@ -72,8 +72,7 @@ def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: 
                           algos[algo]: C.mean_std(base), algos[target]: C.mean_std(mine), "gap": (m, s),
                           "verdict": v})
     vs = list(verdicts.values())
-    verdicts["overall"] = ("reproduced" if vs.count("reproduced") == len(vs) else
-                           "opposite" if vs.count("opposite") == len(vs) else "not reproduced at this scale")
+    verdicts["overall"] = C.overall(vs)
     acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in algos}
     b = C.FULL_BASE if full else C.QUICK_BASE
     setting = (f"{b['model']} on {b['dataset']}, Dir-{overrides['dir_alpha']}, {b['clients']} clients at "

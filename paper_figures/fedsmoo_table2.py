@@ -92,8 +92,7 @@ def compute(seeds=3, full: bool = False) -> tuple[dict, object]:
                           "paper": "grows", "fedsam": None, "fedsmoo": None, "gap": (m, s), "verdict": v})
     rows = [v for k, v in verdicts.items() if "/dir" in k]
     n_rep = rows.count("reproduced")
-    verdicts["overall"] = ("reproduced" if n_rep == len(rows) else
-                           "opposite" if rows.count("opposite") == len(rows) else "not reproduced at this scale")
+    verdicts["overall"] = C.overall(rows)
     overall = (f"{n_rep} of 6 Table 2 comparisons reproduced (FedSMOO below FedSAM by more than one std over "
                f"{len(seeds)} seeds)")
     loss = {g: C.mean_std([r["train_loss"] for a in ALPHAS for r in res[a, g]])[0] for g in ALGOS}

@@ -37,8 +37,7 @@ def compute(seeds=3, full: bool = False):
         table.append({"row": ROWS[cur][0], "paper": f"+{ROWS[cur][1] - ROWS[prev][1]:.2f} points",
                       "measured": f"{100 * m:+.2f} ± {100 * s:.2f} points", "gain": (m, s), "verdict": v})
     vs = list(verdicts.values())
-    verdicts["overall"] = ("reproduced" if vs.count("reproduced") == len(vs) else
-                           "opposite" if vs.count("opposite") == len(vs) else "not reproduced at this scale")
+    verdicts["overall"] = C.overall(vs)
     b = C.FULL_BASE if full else C.QUICK_BASE
     setting = (f"{b['model']} on {b['dataset']}, pathological 3 classes/client, {b['clients']} clients at "
                f"{b['active_ratio']:.0%}, {b['rounds']} rounds")
