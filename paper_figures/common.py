@@ -133,7 +133,9 @@ def annotate_verdict(fig, text: str) -> None:
     """The verdict under the axes, in a box coloured by the verdict word it starts with (off the data)."""
     colour = next((c for v, c in sorted(_COLOURS.items(), key=lambda kv: -len(kv[0]))
                    if text.lower().startswith(v) or f": {v}" in text.lower()), "#f0f0f0")
-    fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=8.5, wrap=True,
+    from matplotlib.transforms import offset_copy
+    below = offset_copy(fig.transFigure, fig=fig, y=-12, units="points")   # clear of the x labels
+    fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=8.5, transform=below,
              bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="0.6"))
 
 
