@@ -98,6 +98,26 @@ def mean_std(xs) -> tuple[float, float]:
     return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else 0.0
 
 
+def pm(xs, digits: int = 3) -> str:
+    """'mean ± std' of xs to ``digits`` significant digits."""
+    m, s = mean_std(xs)
+    return f"{m:.{digits}g} ± {s:.2g}"
+
+
+def claims_table(rows: list[dict], theory: list[dict] | None = None) -> str:
+    """Markdown: paper says / we measured / reproduced at this scale?, one line per comparison (the scripts'
+    table rows), then the theory command's claims (its verdict "holds" is "reproduced")."""
+    out = ["| claim | paper says | we measured | reproduced at this scale? |", "|---|---|---|---|"]
+    cell = lambda x: str(x).replace("|", "\\|")                                       # noqa: E731
+    for r in rows:
+        out.append(f"| {cell(r['row'])} | {cell(r['paper'])} | {cell(r['measured'])} | **{r['verdict']}** |")
+    for c in theory or []:
+        v = VERDICTS[0] if c["verdict"] == "holds" else f"{VERDICTS[1]} ({c['verdict']})"
+        out.append(f"| {cell(c['claim'])} ({cell(c['where'])}; convex toy) | {cell(c['expected'])} | "
+                   f"{cell(c['measured'])} | **{v}** |")
+    return "\n".join(out)
+
+
 def verdict(measured_mean: float | None, measured_std: float = 0.0, paper_claim_holds: bool | None = None) -> str:
     """The one verdict rule.
 
@@ -137,6 +157,14 @@ def annotate_verdict(fig, text: str) -> None:
     below = offset_copy(fig.transFigure, fig=fig, y=-12, units="points")   # clear of the x labels
     fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=8.5, transform=below,
              bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="0.6"))
+
+
+def show(fig) -> None:
+    """Display a figure once in a notebook (pyplot figures would be drawn again at the cell's end)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+    display(fig)
+    plt.close(fig)
 
 
 def out_dir(name: str) -> Path:

@@ -66,12 +66,14 @@ def compute(seeds=3, full: bool = False):
             m, s = C.mean_std((base - mine) / base)
             v = verdicts[f"{key}/vs_{a}"] = C.verdict(m, s)
             table.append({"row": f"FedLESAM {what} than {ALGOS[a]}", "paper": "much smaller",
-                          "other": C.mean_std(base), "fedlesam": C.mean_std(mine), "gap": (m, s), "verdict": v})
+                          "other": C.mean_std(base), "fedlesam": C.mean_std(mine), "gap": (m, s), "verdict": v,
+                          "measured": f"FedLESAM {C.pm(mine)} vs {ALGOS[a]} {C.pm(base)}"})
     sam, avg = (np.array([r["late_sharpness"] for r in per[g]]) for g in ("fedsam", "fedavg"))
     m, s = C.mean_std((avg - sam) / avg)                 # > 0: FedSAM flatter than FedAvg (the paper says it is not)
     verdicts["fedsam_not_flatter_than_fedavg"] = C.verdict(m, s, paper_claim_holds=bool(m <= s))
     table.append({"row": "FedSAM not flatter than FedAvg", "paper": "not flatter", "other": C.mean_std(avg),
-                  "fedlesam": None, "gap": (m, s), "verdict": verdicts["fedsam_not_flatter_than_fedavg"]})
+                  "fedlesam": None, "gap": (m, s), "verdict": verdicts["fedsam_not_flatter_than_fedavg"],
+                  "measured": f"late sharpness FedSAM {C.pm(sam)} vs FedAvg {C.pm(avg)}"})
     vs = list(verdicts.values())
     verdicts["overall"] = C.overall(vs)
     b = C.FULL_BASE if full else C.QUICK_BASE

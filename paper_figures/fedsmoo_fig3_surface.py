@@ -70,7 +70,7 @@ def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: 
             v = verdicts[f"{key}/vs_{algo}"] = C.verdict(m, s)
             table.append({"row": f"{algos[target]} {what} than {algos[algo]}", "paper": "yes",
                           algos[algo]: C.mean_std(base), algos[target]: C.mean_std(mine), "gap": (m, s),
-                          "verdict": v})
+                          "verdict": v, "measured": f"{algos[target]} {C.pm(mine)} vs {algos[algo]} {C.pm(base)}"})
     vs = list(verdicts.values())
     verdicts["overall"] = C.overall(vs)
     acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in algos}

@@ -78,9 +78,10 @@ def compute(seeds=3, full: bool = False) -> tuple[dict, object]:
             v = C.verdict(m, s)
             verdicts[f"{key}/dir{a}"] = v
             p_sam, p_smoo = PAPER[key][a]
-            table.append({"row": label, "dir": a, "paper": f"FedSAM {p_sam:g} > FedSMOO {p_smoo:g} "
+            table.append({"row": f"{label}, Dir-{a}", "dir": a, "paper": f"FedSAM {p_sam:g} > FedSMOO {p_smoo:g} "
                                                            f"(gap {(p_sam - p_smoo) / p_sam:.0%})",
-                          "fedsam": C.mean_std(sam), "fedsmoo": C.mean_std(smoo), "gap": (m, s), "verdict": v})
+                          "fedsam": C.mean_std(sam), "fedsmoo": C.mean_std(smoo), "gap": (m, s), "verdict": v,
+                          "measured": f"FedSAM {C.pm(sam)} > FedSMOO {C.pm(smoo)} (gap {m:.0%} ± {s:.0%})"})
     for key in ("lam1", "trace"):                # both algorithms sharper at Dirichlet 0.1 than at 0.6
         for g in ALGOS:
             hi = np.array([r[key] for r in res[0.1, g]])
@@ -89,7 +90,8 @@ def compute(seeds=3, full: bool = False) -> tuple[dict, object]:
             v = C.verdict(m, s)
             verdicts[f"{key}/{g}/sharper_at_0.1"] = v
             table.append({"row": f"{ALGOS[g]}: {ROWS[key]} grows from Dir-0.6 to Dir-0.1", "dir": "0.6 -> 0.1",
-                          "paper": "grows", "fedsam": None, "fedsmoo": None, "gap": (m, s), "verdict": v})
+                          "paper": "grows", "fedsam": None, "fedsmoo": None, "gap": (m, s), "verdict": v,
+                          "measured": f"{m:+.0%} ± {s:.0%}"})
     rows = [v for k, v in verdicts.items() if "/dir" in k]
     n_rep = rows.count("reproduced")
     verdicts["overall"] = C.overall(rows)
