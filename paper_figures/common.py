@@ -202,8 +202,16 @@ def theory_rows(paper: str, out_dir=None) -> list[dict]:
     if not report.exists():
         subprocess.run([sys.executable, "-m", "fedlab_analysis.theory", paper, "--quick", "--out", str(out_dir)],
                        check=True, stdout=subprocess.DEVNULL)
-    return [{k: c[k] for k in ("id", "claim", "where", "expected", "measured", "verdict")}
+    return [{**{k: c[k] for k in ("id", "claim", "expected", "measured", "verdict")}, "where": _paper_only(c["where"])}
             for c in json.loads(report.read_text())]
+
+
+def _paper_only(where: str) -> str:
+    """The paper's own references of a theory claim's 'where' (developer reading notes are not cited)."""
+    import re
+    parts = [p.strip() for p in re.split(r"[,;]", where)]
+    keep = [p for p in parts if p and "notes" not in p and not re.match(r"s\d", p)]
+    return ", ".join(keep) or "a consequence the toolkit checks (not stated in the paper)"
 
 
 def run_error(err: UserError) -> None:
