@@ -173,7 +173,8 @@ def out_dir(name: str) -> Path:
 
 
 def save_result(name: str, data: dict, fig) -> Path:
-    """<--out>/<name>/data.json (sorted keys, no timings: reruns compare equal) and fig.png (default --out: paper_figures/out)."""
+    """<--out>/<name>/data.json (sorted keys, no timings, so reruns compare equal) and fig.png; --out defaults to
+    paper_figures/out."""
     if "verdict" not in data:
         raise ValueError(f"save_result({name!r}): data has no 'verdict'")
     d = out_dir(name)
@@ -202,8 +203,8 @@ def theory_rows(paper: str, out_dir=None) -> list[dict]:
     if not report.exists():
         subprocess.run([sys.executable, "-m", "fedlab_analysis.theory", paper, "--quick", "--out", str(out_dir)],
                        check=True, stdout=subprocess.DEVNULL)
-    return [{**{k: c[k] for k in ("id", "claim", "expected", "measured", "verdict")}, "where": _paper_only(c["where"])}
-            for c in json.loads(report.read_text())]
+    keys = ("id", "claim", "expected", "measured", "verdict")
+    return [{**{k: c[k] for k in keys}, "where": _paper_only(c["where"])} for c in json.loads(report.read_text())]
 
 
 def _paper_only(where: str) -> str:

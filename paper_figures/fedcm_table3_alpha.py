@@ -6,9 +6,9 @@ alpha = 0.01 / 0.03 / 0.05 / 0.1 / 0.3 / 1.0 (alpha = 1 is FedAvg): a U-shape wi
 every alpha < 1 better than FedAvg; Fig. 1: alpha = 0.01 "suffers from oscillation and slow convergence".
 
 Measured on the QUICK base at Dirichlet 0.6, 3 seeds: the final test accuracy per alpha; each alpha < 1 against
-alpha = 1 seed by seed; the U-shape as "the best mean lies strictly inside the grid"; the oscillation as the back-and-forth
-of test accuracy over the last half of training (mean |round-to-round change| minus the net change per round, so
-a curve that only climbs has none), alpha = 0.01 against 0.1.
+alpha = 1 seed by seed; the U-shape as "the best mean lies strictly inside the grid"; the oscillation as the
+back-and-forth of test accuracy over the last half of training (mean |round-to-round change| minus the net
+change per round, so a curve that only climbs has none), alpha = 0.01 against 0.1.
 
     python paper_figures/fedcm_table3_alpha.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -63,7 +63,8 @@ def compute(seeds=3, full: bool = False):
     m, s = C.mean_std(osc[0.01] - osc[0.1])
     verdicts["alpha=0.01_oscillates"] = C.verdict(m, s)
     table.append({"row": "alpha = 0.01 oscillates more than alpha = 0.1", "paper": "yes (Fig. 1)",
-                  "measured": f"back-and-forth {100 * osc[0.01].mean():.2f} vs {100 * osc[0.1].mean():.2f} points/round",
+                  "measured": f"back-and-forth {100 * osc[0.01].mean():.2f} vs {100 * osc[0.1].mean():.2f} "
+                              f"points/round",
                   "verdict": verdicts["alpha=0.01_oscillates"]})
     verdicts["overall"] = C.overall(verdicts.values())
     b = C.FULL_BASE if full else C.QUICK_BASE

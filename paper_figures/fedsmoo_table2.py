@@ -134,8 +134,8 @@ def figure(data: dict, res: dict):
     fig.suptitle(f"FedSMOO Table 2 at small scale: {data['setting']}; mean ± std over {len(data['seeds'])} seeds",
                  fontsize=9, y=1.07)
     fig.tight_layout()
-    C.annotate_verdict(fig, f"{data['verdict']['overall']}: {data['overall']} (✓ reproduced, ~ not at this scale, ✗ opposite).\n"
-                            + data["caveat"])
+    C.annotate_verdict(fig, f"{data['verdict']['overall']}: {data['overall']} (✓ reproduced, ~ not at this scale, "
+                            f"✗ opposite).\n" + data["caveat"])
     return fig
 
 
