@@ -63,6 +63,31 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     return args
 
 
+def run_script(name: str, compute, doc: str, argv=None) -> dict:
+    """Every script's main: parse the command line, compute, save data.json + fig.png, print the verdicts."""
+    args = parse_args(doc.split("\n\n")[0], argv)
+    data, fig = compute(args.seeds, args.full)
+    save_result(name, data, fig)
+    if not args.quiet:
+        for t in data["table"]:
+            print(f"{t['verdict']:29s} {t['row']}: {t['measured']}")
+    print(f"{name}: {data['verdict']['overall']}")
+    return data
+
+
+def seed_list(seeds) -> list[int]:
+    """3 -> [0, 1, 2]; a list stays as it is."""
+    return list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+
+
+def setting(full: bool, **shown) -> str:
+    """One line naming the run for a figure title: model, data, clients, rounds and the given hyper-parameters."""
+    b = FULL_BASE if full else QUICK_BASE
+    extra = "".join(f", {k}={v}" for k, v in shown.items())
+    return (f"{b['model']} on {b['dataset']}, {b['clients']} clients at {b['active_ratio']:.0%}, "
+            f"{b['rounds']} rounds{extra}")
+
+
 def config(cfg_overrides: dict, seed: int = 0, full: bool = False) -> RunConfig:
     """The resolved RunConfig: the QUICK or FULL base, then the overrides, then the seed."""
     base = dict(FULL_BASE, data_dir=_ARGS["data_dir"], device=_ARGS["device"]) if full else QUICK_BASE

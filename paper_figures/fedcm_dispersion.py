@@ -49,7 +49,7 @@ def one_round(run_dir: str, alpha: float, local_steps: int | None = None) -> flo
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     runs = T3.runs(0.1, seeds, full)                 # the Table 3 sweep's alpha = 0.1 runs (cached there)
     fit = np.array(GRID) <= FIT
     ratio, slopes, table, verdicts = {}, {}, [], {}
@@ -93,10 +93,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    print(f"{NAME}: {data['table'][0]['measured']} -> {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

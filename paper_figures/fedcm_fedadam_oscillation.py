@@ -27,7 +27,7 @@ HP = dict(dir_alpha=0.6)
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     res = {a: C.train_seeds({"algo": a, **ov, **HP}, seeds, C.out_dir(NAME) / "runs", full)
            for a, (_, ov) in ALGOS.items()}
     osc = {a: np.array([wobble(r["rows"]) for r in res[a]]) for a in ALGOS}
@@ -38,9 +38,7 @@ def compute(seeds=3, full: bool = False):
     table = [{"row": "FedAdam's accuracy curve oscillates more than FedCM's", "paper": "yes (Figs. 2-3)",
               "measured": f"back-and-forth {100 * osc['fedadam'].mean():.2f} vs {100 * osc['fedcm'].mean():.2f} "
                           f"points/round (difference {100 * m:+.2f} ± {100 * s:.2f})", "verdict": v}]
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    setting = (f"{b['model']} on {b['dataset']}, Dir-{HP['dir_alpha']}, {b['clients']} clients at "
-               f"{b['active_ratio']:.0%}, {b['rounds']} rounds")
+    setting = C.setting(full, dir_alpha=HP["dir_alpha"])
     data = {"claim": "FedCM Figs. 2-3: FedAdam's test-accuracy curves oscillate, FedCM's are stable",
             "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
             "oscillation": {a: osc[a].tolist() for a in ALGOS}, "test_acc": acc}
@@ -66,13 +64,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:55s} {t['measured']}  {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def alpha1(seed: int, full: bool = False) -> list[float]:
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     lem = {s: lemma41(s, full) for s in seeds}
     ide = {s: alpha1(s, full) for s in seeds}
     worst_l, worst_i = max(max(v) for v in lem.values()), max(max(v) for v in ide.values())
@@ -94,13 +94,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:65s} {t['measured']}  {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def runs(alpha: float, seeds, full=False) -> list:
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     res = {a: runs(a, seeds, full) for a in ALPHAS}
     acc = {a: np.array([r["test_acc"] for r in res[a]]) for a in ALPHAS}
     table, verdicts = [], {}
@@ -67,9 +67,7 @@ def compute(seeds=3, full: bool = False):
                               f"points/round",
                   "verdict": verdicts["alpha=0.01_oscillates"]})
     verdicts["overall"] = C.overall(verdicts.values())
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    setting = (f"{b['model']} on {b['dataset']}, Dir-{HP['dir_alpha']}, {b['clients']} clients at "
-               f"{b['active_ratio']:.0%}, {b['rounds']} rounds")
+    setting = C.setting(full, dir_alpha=HP["dir_alpha"])
     data = {"claim": "FedCM Table 3: a U-shape in alpha with the best near 0.1, every alpha < 1 above FedAvg "
                      "(alpha = 1); Fig. 1: alpha = 0.01 oscillates", "setting": setting, "seeds": seeds,
             "table": table, "verdict": verdicts, "test_acc": {f"{a:g}": acc[a].tolist() for a in ALPHAS},
@@ -103,13 +101,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:48s} {t['measured']:45s} {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

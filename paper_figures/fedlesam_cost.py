@@ -42,7 +42,7 @@ def counts(algo: str, seed: int, full: bool = False) -> dict:
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     raw = {a: [counts(a, s, full) for s in seeds] for a in PAPER}
     meas, table, verdicts = {}, [], {}
     for a, (name, *paper) in PAPER.items():
@@ -85,13 +85,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:30s} paper {t['paper']:4s} measured {t['measured']:5s} {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

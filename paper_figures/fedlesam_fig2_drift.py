@@ -45,7 +45,7 @@ def series(rows: list, probe: str, key: str) -> tuple[list, list]:
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     runs = {a: C.train_seeds({"algo": a, **HP}, seeds, C.out_dir(NAME) / "runs", full, callbacks_fn=hooks,
                              tag="drift,sharpness-ascent5") for a in ALGOS}
     per = {}
@@ -76,9 +76,7 @@ def compute(seeds=3, full: bool = False):
                   "measured": f"late sharpness FedSAM {C.pm(sam)} vs FedAvg {C.pm(avg)}"})
     vs = list(verdicts.values())
     verdicts["overall"] = C.overall(vs)
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    setting = (f"{b['model']} on {b['dataset']}, Dir-{HP['dir_alpha']}, {b['clients']} clients at "
-               f"{b['active_ratio']:.0%}, rho={HP['rho']}")
+    setting = C.setting(full, dir_alpha=HP["dir_alpha"], rho=HP["rho"])
     data = {"claim": "FedLESAM Fig. 2: FedLESAM's perturbation drift and global sharpness are much smaller than "
                      "FedSAM's, MoFedSAM's, FedGAMMA's and FedSMOO's; FedSAM is not flatter than FedAvg",
             "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts, "runs": per}
@@ -112,13 +110,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:50s} gap {t['gap'][0]:+.2f} ± {t['gap'][1]:.2f}  {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

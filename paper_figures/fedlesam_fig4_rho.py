@@ -27,7 +27,7 @@ HP = dict(dir_alpha=0.1, lamb=0.1)
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     lr = (C.FULL_BASE if full else C.QUICK_BASE)["lr"]
     runs = C.out_dir(NAME) / "runs"
     acc = lambda ov: np.array([r["test_acc"] for r in C.train_seeds({**HP, **ov}, seeds, runs, full)])  # noqa
@@ -51,9 +51,7 @@ def compute(seeds=3, full: bool = False):
     table.append({"row": "best rho about 0.1 eta_l (from scratch)", "paper": "0.1",
                   "measured": f"{RATIOS[best]:g}", "gain": None, "verdict": verdicts["best_near_0.1"]})
     verdicts["overall"] = C.overall(verdicts.values())
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    setting = (f"{b['model']} on {b['dataset']}, Dir-{HP['dir_alpha']}, {b['clients']} clients at "
-               f"{b['active_ratio']:.0%}, eta_l={lr}, {b['rounds']} rounds")
+    setting = C.setting(full, dir_alpha=HP["dir_alpha"], eta_l=lr)
     data = {"claim": "FedLESAM Fig. 4: accuracy rises with rho then drops; FedLESAM-S beats FedAvg over a broad "
                      "range of rho/eta_l; the best rho is about 0.1 eta_l from scratch",
             "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
@@ -79,13 +77,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:50s} {t['measured']:45s} {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: 
     """Train every algorithm for every seed (cached), probe its plane, compare ``target`` with each other one on
     centre loss and mean rise; returns (data, figure)."""
     from fedlab_analysis.probes import landscape
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     per, shown = {}, {}
     for algo in algos:
         runs = C.train_seeds({"algo": algo, **overrides}, seeds, C.out_dir(name) / "runs", full)
@@ -74,9 +74,7 @@ def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: 
     vs = list(verdicts.values())
     verdicts["overall"] = C.overall(vs)
     acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in algos}
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    setting = (f"{b['model']} on {b['dataset']}, Dir-{overrides['dir_alpha']}, {b['clients']} clients at "
-               f"{b['active_ratio']:.0%}, {b['rounds']} rounds")
+    setting = C.setting(full, dir_alpha=overrides["dir_alpha"])
     data = {"claim": claim, "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
             "test_acc": acc, "runs": per, "plane": {"samples": SAMPLES, "grid": GRID, "range": RANGE}}
     titles = [f"{algos[a]} (test acc {acc[a][0]:.2f})" for a in algos]
@@ -102,13 +100,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:55s} gap {t['gap'][0]:+.2f} ± {t['gap'][1]:.2f}  {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def measure(algo: str, alpha: float, seeds, full: bool = False) -> list[dict]:
 
 
 def compute(seeds=3, full: bool = False) -> tuple[dict, object]:
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     res = {(a, g): measure(g, a, seeds, full) for a in ALPHAS for g in ALGOS}
     table, verdicts = [], {}
     for key, label in ROWS.items():
@@ -109,9 +109,7 @@ def compute(seeds=3, full: bool = False) -> tuple[dict, object]:
 
 
 def _setting(full: bool) -> str:
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    return (f"{b['model']} on {b['dataset']}, {b['clients']} clients at {b['active_ratio']:.0%}, "
-            f"{b['rounds']} rounds, rho={HP['rho']}, lamb={HP['lamb']}")
+    return C.setting(full, **HP)
 
 
 def figure(data: dict, res: dict):
@@ -140,13 +138,7 @@ def figure(data: dict, res: dict):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:60s} {t['dir']!s:10s} gap {t['gap'][0]:+.2f} ± {t['gap'][1]:.2f}  {t['verdict']}")
-    print(data["overall"])
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

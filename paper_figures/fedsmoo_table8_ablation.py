@@ -27,7 +27,7 @@ HP = dict(partition="pathological", classes_per_client=3, rho=0.05, lamb=0.1)
 
 
 def compute(seeds=3, full: bool = False):
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    seeds = C.seed_list(seeds)
     acc = {a: np.array([r["test_acc"] for r in C.train_seeds({"algo": a, **HP}, seeds, C.out_dir(NAME) / "runs",
                                                              full)]) for a in ROWS}
     table, verdicts, algos = [], {}, list(ROWS)
@@ -38,9 +38,7 @@ def compute(seeds=3, full: bool = False):
                       "measured": f"{100 * m:+.2f} ± {100 * s:.2f} points", "gain": (m, s), "verdict": v})
     vs = list(verdicts.values())
     verdicts["overall"] = C.overall(vs)
-    b = C.FULL_BASE if full else C.QUICK_BASE
-    setting = (f"{b['model']} on {b['dataset']}, pathological 3 classes/client, {b['clients']} clients at "
-               f"{b['active_ratio']:.0%}, {b['rounds']} rounds")
+    setting = C.setting(full, partition="pathological", classes_per_client=3)
     data = {"claim": "FedSMOO Table 8: dynamic regularisation, local SAM and the SAM correction each add accuracy",
             "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
             "test_acc": {a: C.mean_std(acc[a]) for a in ROWS}, "per_seed": {a: acc[a].tolist() for a in ROWS}}
@@ -65,13 +63,7 @@ def compute(seeds=3, full: bool = False):
 
 
 def main(argv=None):
-    args = C.parse_args(__doc__.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
-    C.save_result(NAME, data, fig)
-    if not args.quiet:
-        for t in data["table"]:
-            print(f"{t['row']:40s} paper {t['paper']:15s} measured {t['measured']:22s} {t['verdict']}")
-    print(f"{NAME}: {data['verdict']['overall']}")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":
