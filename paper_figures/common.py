@@ -178,7 +178,11 @@ def annotate_verdict(fig, text: str) -> None:
     """The verdict under the axes, in a box coloured by the verdict word it starts with (off the data)."""
     colour = next((c for v, c in sorted(_COLOURS.items(), key=lambda kv: -len(kv[0]))
                    if text.lower().startswith(v) or f": {v}" in text.lower()), "#f0f0f0")
+    import textwrap
+
     from matplotlib.transforms import offset_copy
+    width = max(60, int(fig.get_figwidth() * 15))                         # ~ characters of 8.5 pt per line
+    text = "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
     below = offset_copy(fig.transFigure, fig=fig, y=-12, units="points")   # clear of the x labels
     fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=8.5, transform=below,
              bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="0.6"))
