@@ -1,151 +1,116 @@
-"""FedLESAM Fig. 2 at small scale: perturbation drift (left) and global sharpness (right) over rounds.
+"""FedLESAM Fig. 2: perturbation drift (left) and global sharpness (right) over rounds.
 
-Paper (Fan et al. 2024, Sec. 4.1 and Fig. 2): CIFAR-10, Dirichlet 0.1, 100 clients at 10%;
-PD^t = (1/(2KE)) sum_k sum_i ||delta_{g,k} - delta_{i,k}|| with unit directions, delta_{g,k} along grad F at the
-virtual global model w_{g,k} = w^t - eta_g mean_i (w^t - w_{i,k}). Claims: FedLESAM's drift and global sharpness
-are "much smaller than others" (FedSAM, MoFedSAM, FedGAMMA, FedSMOO); FedSAM's global sharpness is not better than
-FedAvg's.
+Paper: Fan, Hu, Ye, Ma, Xu, Tao, "Locally Estimated Global Perturbations are Better than Local Perturbations for
+Federated Sharpness-aware Minimization" (ICML 2024), Sec. 4.1, Fig. 2 (CIFAR-10, Dirichlet 0.1, 10% of 100
+clients). FedLESAM's perturbation drift and global sharpness are "much smaller than others" (FedSAM, MoFedSAM,
+FedGAMMA, FedSMOO), and FedSAM is not flatter than FedAvg.
 
-Here: mnist1d, CNN1d, Dirichlet 0.1 over 20 clients at 25% (Bernoulli), 10 local steps of 50 samples, lr 0.1,
-rho = 0.1 for every method (matched; the config default), 30 rounds. PD by the drift hook at every other local step
-against grad F on a fixed 1000-sample subset of the clients' data; global sharpness of w^{t+1} on the same subset
-by the sharpness probe ``probes.sharpness.global_sharpness`` (5-step projected ascent from the one-step SAM point, rho
-matched to training). A third panel shows the stored direction estimators against grad F(w^{t+1}): FedLESAM's
-cos(w_i^old - w, grad F) (mean over clients), FedSMOO's cos(s, grad F), MoFedSAM's cos(Delta, grad F).
-Writes paper_figures/out/fedlesam_fig2_drift/{fig.png, data.json}.
+Measured: PD^t = (1/(2KE)) sum_k sum_i ||u_{g,k} - u_{i,k}|| with unit directions (so 0 <= PD <= 1), u_{g,k}
+along grad F at the virtual global model w^t - mean_i (w^t - w_{i,k}), F on a fixed 1000-sample subset of the
+clients' data, at every local step (probes.drift); global sharpness of w^{t+1} after every round by 5 steps of
+projected ascent in the rho-ball (probes.sharpness), rho = 0.1 for every method (matched). Each verdict compares
+FedLESAM with one method seed by seed: mean PD over all rounds, mean sharpness over the last third of training.
 
-    python paper_figures/fedlesam_fig2_drift.py [--rounds 30]
+    python paper_figures/fedlesam_fig2_drift.py [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import argparse
-import json
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from fedlab_analysis.config import RunConfig
-from fedlab_analysis.plots import figure, save
-from fedlab_analysis.probes import drift
-from fedlab_analysis.trainers.engine import Run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paper_figures import common as C                                   # noqa: E402
 
-OUT = Path(__file__).parent / "out" / "fedlesam_fig2_drift"
-ALGOS = ("fedavg", "fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedlesam")
-CLAIM = ("FedLESAM Fig. 2 claims: FedLESAM's perturbation drift and global sharpness are much smaller than FedSAM's, "
-         "MoFedSAM's, FedGAMMA's and FedSMOO's; FedSAM is not flatter than FedAvg")
-SAMPLES, RHO = 1000, 0.1
+NAME = "fedlesam_fig2_drift"
+ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
+         "fedsmoo": "FedSMOO", "fedlesam": "FedLESAM"}
+HP = dict(dir_alpha=0.1, rho=0.1, lamb=0.1)
+SAMPLES = 1000
+COLOURS = ("0.45", "C0", "C2", "C4", "C1", "k")        # FedLESAM in black, FedAvg in grey
 
 
-def sharpness_hook(rows: list, samples_idx):
-    """After every round: global sharpness of w^{t+1} (the sharpness probe), or nothing when it is missing."""
-    try:
-        from fedlab_analysis.probes.sharpness import global_sharpness
-    except ImportError:
-        return None
+def hooks(seed):
+    from fedlab_analysis.probes import drift, sharpness
+    return [drift.make_hook(steps=1, samples=SAMPLES, seed=0),
+            sharpness.make_hook(method="ascent", ascent_steps=5, samples=SAMPLES)]
 
-    def hook(event, run, ctx, x):
-        if event != "round":
-            return
-        was = run.model.training
-        run.model.eval()
-        ix = samples_idx(run)
-        r = global_sharpness(run.forward, run.w, run.X[ix], run.Y[ix], RHO, method="ascent", steps=5)
-        run.model.train(was)
-        rows.append({"round": ctx.t + 1, "sharpness": r["sharpness"], "loss": r["loss"]})
-    return hook
+
+def series(rows: list, probe: str, key: str) -> tuple[list, list]:
+    """(rounds, values) of one probe's round rows in a run's metrics rows."""
+    pts = [(p["round"], p[key]) for row in rows for p in row.get("probes", [])
+           if p["probe"] == probe and p["event"] == "round" and p.get(key) is not None]
+    return [r for r, _ in pts], [v for _, v in pts]
+
+
+def compute(seeds=3, full: bool = False):
+    seeds = C.seed_list(seeds)
+    runs = {a: C.train_seeds({"algo": a, **HP}, seeds, C.out_dir(NAME) / "runs", full, callbacks_fn=hooks,
+                             tag="drift,sharpness-ascent5") for a in ALGOS}
+    per = {}
+    for a, rs in runs.items():
+        per[a] = []
+        for r in rs:
+            _, pd = series(r["rows"], "drift", "pd")
+            _, sh = series(r["rows"], "sharpness", "sharpness_global")
+            per[a].append({"seed": r["seed"], "test_acc": r["test_acc"],
+                           "mean_pd": float(np.mean(pd)) if pd else None,
+                           "late_sharpness": float(np.mean(sh[-max(1, len(sh) // 3):]))})
+    table, verdicts = [], {}
+    for a in ALGOS:
+        if a in ("fedavg", "fedlesam"):
+            continue
+        for key, what in (("mean_pd", "smaller perturbation drift"), ("late_sharpness", "smaller global sharpness")):
+            base, mine = (np.array([r[key] for r in per[g]]) for g in (a, "fedlesam"))
+            m, s = C.mean_std((base - mine) / base)
+            v = verdicts[f"{key}/vs_{a}"] = C.verdict(m, s)
+            table.append({"row": f"FedLESAM {what} than {ALGOS[a]}", "paper": "much smaller",
+                          "other": C.mean_std(base), "fedlesam": C.mean_std(mine), "gap": (m, s), "verdict": v,
+                          "measured": f"FedLESAM {C.pm(mine)} vs {ALGOS[a]} {C.pm(base)}"})
+    sam, avg = (np.array([r["late_sharpness"] for r in per[g]]) for g in ("fedsam", "fedavg"))
+    m, s = C.mean_std((avg - sam) / avg)                 # > 0: FedSAM flatter than FedAvg (the paper says it is not)
+    verdicts["fedsam_not_flatter_than_fedavg"] = C.verdict(m, s, paper_claim_holds=bool(m <= s))
+    table.append({"row": "FedSAM not flatter than FedAvg", "paper": "not flatter", "other": C.mean_std(avg),
+                  "fedlesam": None, "gap": (m, s), "verdict": verdicts["fedsam_not_flatter_than_fedavg"],
+                  "measured": f"late sharpness FedSAM {C.pm(sam)} vs FedAvg {C.pm(avg)}"})
+    vs = list(verdicts.values())
+    verdicts["overall"] = C.overall(vs)
+    setting = C.setting(full, dir_alpha=HP["dir_alpha"], rho=HP["rho"])
+    data = {"claim": "FedLESAM Fig. 2: FedLESAM's perturbation drift and global sharpness are much smaller than "
+                     "FedSAM's, MoFedSAM's, FedGAMMA's and FedSMOO's; FedSAM is not flatter than FedAvg",
+            "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts, "runs": per}
+
+    fig, ax = C.plots.figure(ncols=2, w=4.6, h=3.4)
+    for i, a in enumerate(ALGOS):
+        acc = C.mean_std([r["test_acc"] for r in per[a]])[0]
+        for j, (probe, key) in enumerate((("drift", "pd"), ("sharpness", "sharpness_global"))):
+            if a == "fedavg" and probe == "drift":
+                continue
+            curves = [series(r["rows"], probe, key) for r in runs[a]]
+            n = min(len(v) for _, v in curves)
+            Y = np.array([v[:n] for _, v in curves])
+            x = curves[0][0][:n]
+            ax[0, j].plot(x, Y.mean(0), color=COLOURS[i], label=f"{ALGOS[a]} (test acc {acc:.2f})" if j else None)
+            ax[0, j].fill_between(x, Y.min(0), Y.max(0), color=COLOURS[i], alpha=0.15, lw=0)
+    ax[0, 0].set(xlabel="round", ylabel="perturbation drift PD (unit directions)", ylim=(0, 1),
+                 title="perturbation drift")
+    ax[0, 1].set(xlabel="round", ylabel=f"global sharpness (rho={HP['rho']})", yscale="log",
+                 title="global sharpness of w^{t+1}")
+    ax[0, 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle(f"FedLESAM Fig. 2 at small scale: {setting}; mean of {len(seeds)} seeds, band = min..max",
+                 fontsize=9)
+    fig.tight_layout()
+    short = lambda v: {"not reproduced at this scale": "not at this scale"}.get(v, v)   # noqa: E731
+    C.annotate_verdict(fig, f"{verdicts['overall']}: " + "; ".join(
+        f"vs {ALGOS[a]}: drift {short(verdicts[f'mean_pd/vs_{a}'])}, sharpness "
+        f"{short(verdicts[f'late_sharpness/vs_{a}'])}" for a in ("fedsam", "mofedsam", "fedgamma", "fedsmoo"))
+        + f"\nFedSAM not flatter than FedAvg: {verdicts['fedsam_not_flatter_than_fedavg']}")
+    return data, fig
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=0.1, help="local learning rate (the simulator's 0.1)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    # one fixed subset of the union of the clients' data, shared by the drift and sharpness probes
-    pick = lambda run: torch.cat(run.idx)[torch.randperm(sum(map(len, run.idx)),   # noqa: E731
-                                                         generator=torch.Generator().manual_seed(0))[:SAMPLES]]
-    runs, t0 = {}, time.perf_counter()
-    for algo in ALGOS:
-        cfg = RunConfig(algo=algo, dataset="mnist1d", model="cnn1d", clients=20, active_ratio=0.25,
-                        partition="dirichlet", dir_alpha=0.1, local_steps=10, batch_size=50, lr=args.lr, rho=RHO,
-                        rounds=args.rounds, seed=args.seed, quiet=True)
-        dh = drift.make_hook(steps=2, samples=SAMPLES, seed=0)
-        sharp: list = []
-        sh = sharpness_hook(sharp, pick)
-        s0 = time.perf_counter()
-        run = Run(cfg)
-        run.callbacks += [dh] + ([sh] if sh else [])
-        for _ in range(cfg.rounds):
-            run.round()
-        rounds = [r for r in dh.rows if r["event"] == "round"]
-        runs[algo] = {"drift": rounds, "sharpness": sharp, "test_acc": run.evaluate(run.Xte, run.Yte)[1],
-                      "seconds": time.perf_counter() - s0}
-        print(f"{algo:9s} {runs[algo]['seconds']:5.1f}s  test acc {runs[algo]['test_acc']:.3f}", flush=True)
-    have_sharp = bool(runs["fedavg"]["sharpness"])
-
-    mean_pd = {a: float(np.nanmean([r["pd"] if r["pd"] is not None else np.nan for r in v["drift"]]))
-               for a, v in runs.items() if a != "fedavg"}
-    last = max(1, args.rounds // 3)            # the last third of training
-    late_sharp = {a: float(np.mean([r["sharpness"] for r in v["sharpness"][-last:]])) for a, v in runs.items()} \
-        if have_sharp else {}
-    others = [a for a in mean_pd if a != "fedlesam"]
-    verdict_pd = all(mean_pd["fedlesam"] < mean_pd[a] for a in others)
-    verdict_sh = all(late_sharp["fedlesam"] < late_sharp[a] for a in others) if have_sharp else None
-
-    fig, ax = figure(ncols=3 if have_sharp else 2, w=4.4, h=3.4)
-    for a, v in runs.items():
-        rr = [r["round"] for r in v["drift"]]
-        if a != "fedavg":
-            ax[0, 0].plot(rr, [r["pd"] if r["pd"] is not None else np.nan for r in v["drift"]],
-                          label=f"{a}: mean {mean_pd[a]:.3f} (acc {v['test_acc']:.2f})")
-        if have_sharp:
-            ax[0, 1].plot([r["round"] for r in v["sharpness"]], [r["sharpness"] for r in v["sharpness"]],
-                          label=f"{a}: last third {late_sharp[a]:.3g} (acc {v['test_acc']:.2f})")
-    ax[0, 0].set(xlabel="round", ylabel="perturbation drift (unit directions)", ylim=(0, 1),
-                 title="drift PD^t (left panel of Fig. 2)")
-    ax[0, 0].legend(fontsize=7)
-    if have_sharp:
-        ax[0, 1].set(xlabel="round", ylabel=f"global sharpness, rho={RHO}", yscale="log",
-                     title="global sharpness (right panel)")
-        ax[0, 1].legend(fontsize=7)
-    est = ax[0, -1]
-    for a, key, lab in (("fedlesam", "lesam_cos", "FedLESAM cos(w_i^old - w, grad F(w))"),
-                        ("fedlesam", "update_cos_start", "FedLESAM cos(w^t - w^{t+1}, grad F(w^t))"),
-                        ("fedsmoo", "smoo_cos_s_grad", "FedSMOO cos(s, grad F(w))"),
-                        ("mofedsam", "fedcm_cos_D_grad", "MoFedSAM cos(Delta, grad F(w))")):
-        rows = runs[a]["drift"]
-        est.plot([r["round"] for r in rows], [r.get(key) if r.get(key) is not None else np.nan for r in rows],
-                 label=lab)
-    est.set(xlabel="round", ylabel="cosine", ylim=(-1, 1), title="direction estimators at w = w^{t+1}")
-    est.legend(fontsize=6.5)
-    cos_les = {k: float(np.nanmean([r.get(k) if r.get(k) is not None else np.nan for r in runs["fedlesam"]["drift"]]))
-               for k in ("lesam_cos", "update_cos_start", "update_cos_end")}
-    measured = (f"mean PD: FedLESAM {mean_pd['fedlesam']:.3f} vs "
-                + ", ".join(f"{a} {mean_pd[a]:.3f}" for a in others)
-                + f" -> {'lowest' if verdict_pd else 'NOT lowest'}")
-    measured += (f".\nFedLESAM's estimate: mean cos(w_i^old - w, grad F(w)) {cos_les['lesam_cos']:+.2f}; its last "
-                 f"global update has cos {cos_les['update_cos_start']:+.2f} with grad F at the round's start, "
-                 f"{cos_les['update_cos_end']:+.2f} at its end")
-    if have_sharp:
-        measured += (f"; late global sharpness FedLESAM {late_sharp['fedlesam']:.3g} "
-                     f"{'lowest of the SAM family' if verdict_sh else 'NOT lowest of the SAM family'}, "
-                     f"FedSAM {late_sharp['fedsam']:.3g} vs FedAvg {late_sharp['fedavg']:.3g}")
-    else:
-        measured += "; global sharpness not drawn: probes.sharpness.global_sharpness is not available"
-    fig.suptitle(f"{CLAIM}.\nMeasured (CNN1d on mnist1d, Dir-0.1, 20 clients at 25%, 10 local steps, rho={RHO}, "
-                 f"lr={args.lr}, {args.rounds} rounds): {measured}", fontsize=8)
-    fig.tight_layout()
-    OUT.mkdir(parents=True, exist_ok=True)
-    save(fig, OUT / "fig.png")
-    data = {"claim": CLAIM, "measured": measured, "mean_pd": mean_pd, "late_sharpness": late_sharp,
-            "fedlesam_cosines": cos_les, "lr": args.lr,
-            "fedlesam_lowest_pd": verdict_pd, "fedlesam_lowest_sharpness": verdict_sh,
-            "seconds": time.perf_counter() - t0, "runs": runs}
-    (OUT / "data.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(measured)
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

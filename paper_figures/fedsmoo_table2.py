@@ -1,136 +1,144 @@
-"""FedSMOO Table 2 at small scale: consistency and Hessian of the final global models, Dirichlet 0.6 and 0.1.
+"""FedSMOO Table 2: consistency, top Hessian eigenvalue and Hessian trace of FedSAM's and FedSMOO's final models.
 
-Paper (Sun et al. 2023, Table 2): ResNet-18-GN on CIFAR-10, 10% of 100 clients, final
-models. FedSMOO beats FedSAM on all three rows at both Dirichlet levels: consistency 0.821 vs 0.866 (0.6), 1.061 vs
-1.245 (0.1); top Hessian eigenvalue 91.5 vs 142.7, 107.4 vs 177.2; trace 1783 vs 3104, 2689 vs 3842.
-The consistency row is ambiguous (its label, the text and the proof measure different spreads); all
-readings come from probes/consensus.py:
-row   (1/n) sum_{i in S} ||w_i - w^t||^2, against the round's start (the table's row label; by the consensus hook);
-code  (1/n) sum_{i in S} ||w_i - w^{t+1}||^2, the new global model, dual-shifted for FedDyn/FedSMOO (text, code);
-wbar  the same against the plain average mean_S w_i; proof: (1/m) sum_{i in [m]} ||w_i^last - w_bar||^2.
+Paper: Sun, Shen, Chen, Ding, Tao, "Dynamic Regularized Sharpness Aware Minimization in Federated Learning:
+Approaching Global Consistency and Smooth Landscape" (ICML 2023), Sec. 5.2, Table 2: ResNet-18-GN on CIFAR-10,
+10% of 100 clients, Dirichlet 0.6 and 0.1. FedSMOO's final model has a better consistency (0.821 vs 0.866 at 0.6,
+1.061 vs 1.245 at 0.1), a smaller top eigenvalue (91.46 vs 142.65, 107.44 vs 177.18) and a smaller trace
+(1783.3 vs 3104.1, 2689.4 vs 3842.3) than FedSAM's, and both get sharper from Dirichlet 0.6 to 0.1.
 
-Here: digits, MLP [64], 20 clients at 50% (Bernoulli), batch 20, 2 local epochs, lr 0.1, rho 0.05 (SAM family),
-lamb 0.1, 40 rounds; FedAvg, FedSAM, FedDyn, FedSMOO, FedLESAM. The Hessian of the cross-entropy training loss
-(no weight decay) of the final global model, float64, on 1000 training samples: top-5 eigenvalues by Lanczos,
-trace by Hutch++ (150 products), and lambda_1/lambda_5. Writes paper_figures/out/fedsmoo_table2/{fig.png, data.json}.
+Measured: the consistency row as labelled, (1/n) sum_{i in S} ||w_i - w^t||^2 over the active clients' final
+local models, averaged over the last 5 rounds (one round's value depends on which clients were drawn); the top
+eigenvalue (Lanczos) and trace (Hutch++, 100 products) of the Hessian of the training cross-entropy (no weight
+decay) at the final global model, float64, on 1000 training samples. Every verdict compares FedSMOO with FedSAM
+seed by seed (the same partition and client draws), by the relative gap (FedSAM - FedSMOO) / FedSAM.
 
-    python paper_figures/fedsmoo_table2.py [--rounds 40] [--seed 0]
+    python paper_figures/fedsmoo_table2.py [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import argparse
-import json
-import tempfile
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedlab_analysis import checkpoint
-from fedlab_analysis.config import RunConfig
-from fedlab_analysis.plots import figure, save
-from fedlab_analysis.probes import consensus
-from fedlab_analysis.probes.common import rebuild
-from fedlab_analysis.probes.curvature import HessianOperator, top_eigenvalues, trace
-from fedlab_analysis.trainers.loop import train
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paper_figures import common as C                                   # noqa: E402
 
-OUT = Path(__file__).parent / "out" / "fedsmoo_table2"
-ALGOS = ("fedavg", "fedsam", "feddyn", "fedsmoo", "fedlesam")
+NAME = "fedsmoo_table2"
 ALPHAS = (0.6, 0.1)
-FORMS = {"row": "fedsmoo_table2", "code": "divergence", "wbar": "fedsmoo_wbar", "proof": "fedsmoo_proof"}
-CLAIM = ("FedSMOO Table 2 claims: FedSMOO's final model has better consistency, a smaller top Hessian eigenvalue "
-         "and a smaller trace than FedSAM's, at Dirichlet 0.6 and 0.1")
-SAMPLES, RHO, LAMB = 1000, 0.05, 0.1
+ALGOS = {"fedsam": "FedSAM", "fedsmoo": "FedSMOO"}
+HP = dict(rho=0.05, lamb=0.1)                    # FedSMOO Table 5's r and 1/beta scaled to the MLP (rho as the demo)
+ROWS = {"consistency": "consistency (1/n) sum ||w_i - w^t||^2", "lam1": "Hessian top eigenvalue",
+        "trace": "Hessian trace"}
+PAPER = {"consistency": {0.6: (0.866, 0.821), 0.1: (1.245, 1.061)},      # (FedSAM, FedSMOO)
+         "lam1": {0.6: (142.65, 91.46), 0.1: (177.18, 107.44)},
+         "trace": {0.6: (3104.1, 1783.3), 0.1: (3842.3, 2689.4)}}
+SAMPLES, LAST = 1000, 5
 
 
-def measure(cfg: RunConfig, tmp: Path) -> dict:
-    """Train, then read the final checkpoint: consistency readings, top-5 eigenvalues, trace, test accuracy."""
-    hook = consensus.make_hook()                      # the row reading needs w^t, which checkpoints do not keep
-    train(cfg, tmp, callbacks=[hook])
-    ck = checkpoint.load(tmp)
-    b = rebuild(ck, data="train", samples=SAMPLES, dtype=torch.float64)
-    forms = consensus.from_checkpoint(b)["forms"]
-    cons = {k: forms[v]["raw"] if v in forms else hook.rows[-1][v] for k, v in FORMS.items()}
-    assert np.isclose(cons["code"], hook.rows[-1]["divergence"], rtol=1e-4), "checkpoint and hook disagree"
+def consensus_hooks(seed):
+    from fedlab_analysis.probes import consensus
+    return [consensus.make_hook(by="group")]
+
+
+def hessian(run_dir: str, samples: int = SAMPLES) -> dict:
+    """Top eigenvalue and trace of the train CE Hessian at the run's final global model (float64)."""
+    from fedlab_analysis import checkpoint
+    from fedlab_analysis.probes.common import rebuild
+    from fedlab_analysis.probes.curvature import HessianOperator, top_eigenvalues, trace
+    ck = checkpoint.load(Path(run_dir) / "ckpt" / "last.pt")
+    b = rebuild(ck, data="train", samples=samples, seed=0, dtype=torch.float64)
     op = HessianOperator(b.f, b.theta, (b.X, b.y))
-    eig = top_eigenvalues(op, k=5, tol=1e-4, seed=0)["eigenvalues"]
-    tr = trace(op, 150, method="hutch++", seed=0)
-    return {**cons, "row_last10": float(np.mean([r["fedsmoo_table2"] for r in hook.rows[-10:]])),
-            "eigenvalues": eig, "lam1": eig[0], "ratio": eig[0] / eig[4], "trace": tr["trace"],
-            "trace_se": tr["stderr"], "test_acc": ck["metrics"]["test_acc"], "train_loss": ck["metrics"]["train_loss"],
-            "w_norm2": float(b.theta.pow(2).sum())}
+    lam = top_eigenvalues(op, k=1, tol=1e-4, seed=0)["eigenvalues"][0]
+    tr = trace(op, 100, method="hutch++", seed=0)
+    return {"lam1": lam, "trace": tr["trace"], "w_norm2": float(b.theta.pow(2).sum())}
+
+
+def measure(algo: str, alpha: float, seeds, full: bool = False) -> list[dict]:
+    """One dict per seed: test accuracy, train loss, consistency (last-5-round mean), lam1, trace."""
+    out = []
+    for r in C.train_seeds({"algo": algo, "dir_alpha": alpha, **HP}, seeds, C.out_dir(NAME) / "runs", full,
+                           callbacks_fn=consensus_hooks, tag="consensus"):
+        cons = [p["fedsmoo_table2"] for row in r["rows"] for p in row.get("probes", []) if p["event"] == "round"]
+        out.append({"seed": r["seed"], "test_acc": r["test_acc"], "train_loss": r["rows"][-1]["train_loss"],
+                    "consistency": float(np.mean(cons[-LAST:])), **hessian(r["run_dir"])})
+    return out
+
+
+def compute(seeds=3, full: bool = False) -> tuple[dict, object]:
+    seeds = C.seed_list(seeds)
+    res = {(a, g): measure(g, a, seeds, full) for a in ALPHAS for g in ALGOS}
+    table, verdicts = [], {}
+    for key, label in ROWS.items():
+        for a in ALPHAS:
+            sam = np.array([r[key] for r in res[a, "fedsam"]])
+            smoo = np.array([r[key] for r in res[a, "fedsmoo"]])
+            m, s = C.mean_std((sam - smoo) / sam)
+            v = C.verdict(m, s)
+            verdicts[f"{key}/dir{a}"] = v
+            p_sam, p_smoo = PAPER[key][a]
+            table.append({"row": f"{label}, Dir-{a}", "dir": a, "paper": f"FedSAM {p_sam:g} > FedSMOO {p_smoo:g} "
+                                                           f"(gap {(p_sam - p_smoo) / p_sam:.0%})",
+                          "fedsam": C.mean_std(sam), "fedsmoo": C.mean_std(smoo), "gap": (m, s), "verdict": v,
+                          "measured": f"FedSAM {C.pm(sam)} > FedSMOO {C.pm(smoo)} (gap {m:.0%} ± {s:.0%})"})
+    for key in ("lam1", "trace"):                # both algorithms sharper at Dirichlet 0.1 than at 0.6
+        for g in ALGOS:
+            hi = np.array([r[key] for r in res[0.1, g]])
+            lo = np.array([r[key] for r in res[0.6, g]])
+            m, s = C.mean_std((hi - lo) / lo)
+            v = C.verdict(m, s)
+            verdicts[f"{key}/{g}/sharper_at_0.1"] = v
+            table.append({"row": f"{ALGOS[g]}: {ROWS[key]} grows from Dir-0.6 to Dir-0.1", "dir": "0.6 -> 0.1",
+                          "paper": "grows", "fedsam": None, "fedsmoo": None, "gap": (m, s), "verdict": v,
+                          "measured": f"{m:+.0%} ± {s:.0%}"})
+    rows = [v for k, v in verdicts.items() if "/dir" in k]
+    n_rep = rows.count("reproduced")
+    verdicts["overall"] = C.overall(rows)
+    overall = (f"{n_rep} of 6 Table 2 comparisons reproduced (FedSMOO below FedSAM by more than one std over "
+               f"{len(seeds)} seeds)")
+    loss = {g: C.mean_std([r["train_loss"] for a in ALPHAS for r in res[a, g]])[0] for g in ALGOS}
+    caveat = (f"Final train loss FedSAM {loss['fedsam']:.3g}, FedSMOO {loss['fedsmoo']:.3g}: a model that fits "
+              f"its training data more tightly has a saturated softmax and a smaller cross-entropy Hessian, so "
+              f"lam1 and trace also track the training loss, not only flatness")
+    data = {"claim": "FedSMOO Table 2: FedSMOO's final model has better consistency, a smaller top Hessian "
+                     "eigenvalue and a smaller trace than FedSAM's, at Dirichlet 0.6 and 0.1",
+            "setting": _setting(full), "seeds": seeds, "table": table, "verdict": verdicts, "overall": overall,
+            "caveat": caveat, "runs": {f"dir{a}/{g}": r for (a, g), r in res.items()}}
+    return data, figure(data, res)
+
+
+def _setting(full: bool) -> str:
+    return C.setting(full, **HP)
+
+
+def figure(data: dict, res: dict):
+    fig, ax = C.plots.figure(ncols=3, w=3.6, h=3.0)
+    x = np.arange(len(ALPHAS))
+    for a_, key in zip(ax.flat, ROWS):
+        for j, (g, name) in enumerate(ALGOS.items()):
+            ms = [C.mean_std([r[key] for r in res[a, g]]) for a in ALPHAS]
+            acc = "/".join(f"{C.mean_std([r['test_acc'] for r in res[a, g]])[0]:.2f}" for a in ALPHAS)
+            a_.bar(x + (j - 0.5) * 0.38, [m for m, _ in ms], 0.38, yerr=[s for _, s in ms], capsize=3,
+                   label=f"{name} (test acc {acc})")
+        a_.set_xticks(x, [f"Dir-{a}" for a in ALPHAS])
+        a_.set_title(ROWS[key].replace(" (1/n)", "\n(1/n)"), fontsize=9)
+        for i, a in enumerate(ALPHAS):
+            v = data["verdict"][f"{key}/dir{a}"]
+            a_.annotate({"reproduced": "✓", "opposite": "✗"}.get(v, "~"), (x[i], 0), xytext=(0, -28),
+                        textcoords="offset points", ha="center", fontsize=10)
+    h, lab = ax[0, 0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(f"FedSMOO Table 2 at small scale: {data['setting']}; mean ± std over {len(data['seeds'])} seeds",
+                 fontsize=9, y=1.07)
+    fig.tight_layout()
+    C.annotate_verdict(fig, f"{data['verdict']['overall']}: {data['overall']} (✓ reproduced, ~ not at this scale, "
+                            f"✗ opposite).\n" + data["caveat"])
+    return fig
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    res, t0 = {}, time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        for alpha in ALPHAS:
-            for algo in ALGOS:
-                cfg = RunConfig(algo=algo, dataset="digits", model="mlp", model_kwargs={"widths": [64]}, clients=20,
-                                active_ratio=0.5, partition="dirichlet", dir_alpha=alpha, batch_size=20,
-                                local_epochs=2, lr=0.1, rho=RHO, lamb=LAMB, rounds=args.rounds, seed=args.seed,
-                                quiet=True)
-                s0 = time.perf_counter()
-                res[alpha, algo] = measure(cfg, Path(tmp) / f"{algo}_{alpha}")
-                print(f"Dir-{alpha} {algo:9s} {time.perf_counter() - s0:5.1f}s", flush=True)
-
-    # verdicts: FedSMOO vs FedSAM (the paper's comparison) and vs every method
-    keys = {"row": "consistency (row)", "code": "consistency (code)", "lam1": "lambda_1", "trace": "trace",
-            "ratio": "lambda_1/lambda_5 (not in Table 2)"}
-    verdict = {a: {k: {"vs_fedsam": res[a, "fedsmoo"][k] < res[a, "fedsam"][k],
-                       "best_of_all": min(ALGOS, key=lambda g: res[a, g][k]) == "fedsmoo"} for k in keys}
-               for a in ALPHAS}
-    lines = []
-    for a in ALPHAS:
-        s, f = res[a, "fedsmoo"], res[a, "fedsam"]
-        lines.append(f"Dir-{a}: FedSMOO/FedSAM " + ", ".join(
-            f"{name} {s[k]:.3g}/{f[k]:.3g} ({'yes' if verdict[a][k]['vs_fedsam'] else 'NO'}"
-            f"{', best of all' if verdict[a][k]['best_of_all'] else ''})" for k, name in keys.items()))
-    n_yes = sum(verdict[a][k]["vs_fedsam"] for a in ALPHAS for k in ("row", "code", "lam1", "trace"))
-    loss = {g: np.mean([res[a, g]["train_loss"] for a in ALPHAS]) for g in ("fedsam", "fedsmoo")}
-    norm = {g: np.mean([res[a, g]["w_norm2"] for a in ALPHAS]) for g in ("fedsam", "fedsmoo")}
-    lines.append(f"Table 2's rows: FedSMOO below FedSAM in {n_yes} of 8 comparisons: "
-                 + ("reproduced" if n_yes == 8 else "NOT reproduced" if n_yes <= 4 else "partly reproduced"))
-    lines.append(f"Caveat: FedSMOO's final train loss is {loss['fedsam'] / loss['fedsmoo']:.0f}x smaller and "
-                 f"||w||^2 {norm['fedsmoo'] / norm['fedsam']:.1f}x larger than FedSAM's: a saturated softmax "
-                 f"shrinks the CE Hessian, so lambda_1 and trace are not scale-free flatness")
-
-    panels = (("row", "row: (1/n) sum_S ||w_i - w^t||^2"), ("code", "code: (1/n) sum_S ||w_i - w^{t+1}||^2"),
-              ("lam1", "Hessian lambda_1"), ("ratio", "lambda_1 / lambda_5"), ("trace", "Hessian trace (Hutch++)"),
-              ("test_acc", "test accuracy"))
-    fig, ax = figure(ncols=3, nrows=2, w=4.2, h=2.8)
-    x = np.arange(len(ALGOS))
-    for a_, (k, title) in zip(ax.flat, panels):
-        for j, alpha in enumerate(ALPHAS):
-            a_.bar(x + (j - 0.5) * 0.4, [res[alpha, g][k] for g in ALGOS], 0.4, label=f"Dir-{alpha}")
-        a_.set_xticks(x)
-        a_.set_xticklabels(ALGOS, rotation=45, ha="right", fontsize=7)
-        a_.set_title(title, fontsize=8)
-    ax[1, 0].legend(fontsize=7, loc="upper left")
-    ax[1, 2].set_ylim(0.9, 1.0)
-    fig.suptitle(f"{CLAIM}.\nMeasured (MLP[64] on digits, 20 clients at 50%, 2 local epochs, rho={RHO}, "
-                 f"{args.rounds} rounds, Hessian on {SAMPLES} train samples):\n" + "\n".join(lines), fontsize=8)
-    fig.tight_layout()
-    OUT.mkdir(parents=True, exist_ok=True)
-    save(fig, OUT / "fig.png")
-    data = {"claim": CLAIM, "measured": lines, "verdict": {str(a): v for a, v in verdict.items()},
-            "results": {f"dir{a}/{g}": r for (a, g), r in res.items()}, "seconds": time.perf_counter() - t0}
-    (OUT / "data.json").write_text(json.dumps(data, indent=1) + "\n")
-
-    print("\n| Dir | algo | test acc | row (vs w^t) | row, last-10 mean | code (vs w^{t+1}) | wbar | proof "
-          "| lambda_1 | lambda_5 | lambda_1/lambda_5 | trace | train loss | \\|w\\|^2 |\n|" + "---|" * 14)
-    for (a, g), r in res.items():
-        print(f"| {a} | {g} | {r['test_acc']:.3f} | {r['row']:.3f} | {r['row_last10']:.3f} | {r['code']:.3f} "
-              f"| {r['wbar']:.3f} | {r['proof']:.3f} | {r['lam1']:.3f} | {r['eigenvalues'][4]:.3f} "
-              f"| {r['ratio']:.2f} | {r['trace']:.2f} ± {r['trace_se']:.2f} | {r['train_loss']:.4f} "
-              f"| {r['w_norm2']:.0f} |")
-    print("\n".join(lines) + f"\n{time.perf_counter() - t0:.0f}s")
+    return C.run_script(NAME, compute, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Reproductions of the five papers' figures and tables; `common` holds what the scripts share."""

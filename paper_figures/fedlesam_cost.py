@@ -1,0 +1,92 @@
+"""FedLESAM Table 7: backward passes per local step, communication per round and client memory, against FedAvg.
+
+Paper: Fan et al., "Locally Estimated Global Perturbations are Better than Local Perturbations for Federated
+Sharpness-aware Minimization" (ICML 2024), Sec. 6.2, Table 7: FedLESAM, FedLESAM-S and FedLESAM-D need one
+backward pass per local step like FedAvg, where FedSAM, MoFedSAM, FedGAMMA and FedSMOO need two; communication
+1x for FedAvg, FedSAM and FedLESAM, 2x for the others; stored memory 1x (FedAvg, FedSAM), 2x (FedLESAM,
+MoFedSAM), 3x (FedGAMMA), 4x (FedSMOO, FedLESAM-S, FedLESAM-D).
+
+Measured by counting, not timing: the engine's gradient passes (run.n_grads) over 3 rounds divided by FedAvg's on
+the same seed (the same clients, the same local steps); the floats each active client receives and sends per round
+(metrics floats_down / floats_up, in model sizes P; the table's "communication" is read as the larger direction);
+the client memory as 1 (the model) + the per-client state the algorithm keeps (floats_stored_per_client / P).
+Counts do not depend on the seed; 3 seeds confirm it.
+
+    python paper_figures/fedlesam_cost.py [--seeds 3]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paper_figures import common as C                                   # noqa: E402
+
+NAME = "fedlesam_cost"
+# Table 7: (stored memory, communication, backpropagation) multipliers of FedAvg's
+PAPER = {"fedavg": ("FedAvg", 1, 1, 1), "fedsam": ("FedSAM", 1, 1, 2), "fedlesam": ("FedLESAM", 2, 1, 1),
+         "mofedsam": ("MoFedSAM", 2, 2, 2), "fedsmoo": ("FedSMOO", 4, 2, 2), "fedlesam-d": ("FedLESAM-D", 4, 2, 1),
+         "fedgamma": ("FedGAMMA", 3, 2, 2), "fedlesam-s": ("FedLESAM-S", 4, 2, 1)}
+ROWS = ("memory", "communication", "backprop")
+ROUNDS = 3
+
+
+def counts(algo: str, seed: int, full: bool = False) -> dict:
+    from fedlab_analysis.trainers.loop import train
+    run = train(C.config({"algo": algo, "rounds": ROUNDS, "rho": 0.1}, seed, full))
+    r, P = run.last_row, run.space.P
+    return {"n_grads": run.n_grads, "down": r["floats_down"] / P / r["n_active"],
+            "up": r["floats_up"] / P / r["n_active"], "stored": r["floats_stored_per_client"] / P}
+
+
+def compute(seeds=3, full: bool = False):
+    seeds = C.seed_list(seeds)
+    raw = {a: [counts(a, s, full) for s in seeds] for a in PAPER}
+    meas, table, verdicts = {}, [], {}
+    for a, (name, *paper) in PAPER.items():
+        back = {raw[a][i]["n_grads"] / raw["fedavg"][i]["n_grads"] for i in range(len(seeds))}
+        comm = {max(c["down"], c["up"]) for c in raw[a]}
+        mem = {1 + c["stored"] for c in raw[a]}
+        assert len(back) == len(comm) == len(mem) == 1, f"{a}: counts differ between seeds"
+        meas[a] = dict(zip(ROWS, (mem.pop(), comm.pop(), back.pop())))
+        for row, p in zip(ROWS, paper):
+            v = verdicts[f"{row}/{a}"] = C.verdict(None, paper_claim_holds=bool(np.isclose(meas[a][row], p)))
+            table.append({"row": f"{name} {row}", "paper": f"{p}x", "measured": f"{meas[a][row]:g}x", "verdict": v})
+    for row in ROWS:
+        verdicts[row] = C.overall(verdicts[f"{row}/{a}"] for a in PAPER)
+    verdicts["overall"] = verdicts["backprop"]          # the claim this table is about: one backward pass
+    data = {"claim": "FedLESAM Table 7: FedLESAM(-S/-D) need one backward pass per local step, as FedAvg; the other "
+                     "SAM methods need two", "seeds": seeds, "rounds": ROUNDS, "table": table,
+            "verdict": verdicts, "measured": meas, "per_round_down_up_stored": raw}
+
+    fig, ax = C.plots.figure(ncols=3, w=3.4, h=3.2)
+    names = [PAPER[a][0] for a in PAPER]
+    y = np.arange(len(PAPER))[::-1]
+    for j, (row, a_) in enumerate(zip(ROWS, ax.flat)):
+        a_.barh(y, [meas[a][row] for a in PAPER], color="C0", label="measured")
+        a_.plot([PAPER[a][1 + j] for a in PAPER], y, "kD", ms=5, label="paper (Table 7)")
+        a_.set_yticks(y, names if j == 0 else [""] * len(y), fontsize=8)
+        a_.set(xlabel="x FedAvg", xlim=(0, 4.5), title={"memory": "client memory", "communication":
+                                                        "communication per round", "backprop":
+                                                        "backward passes per step"}[row])
+    ax[0, 2].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("FedLESAM Table 7 by counting (engine gradient passes, floats sent and kept per client)",
+                 fontsize=9)
+    fig.tight_layout()
+    miss = lambda row: [PAPER[a][0] for a in PAPER if verdicts[f"{row}/{a}"] != "reproduced"]   # noqa: E731
+    head = ("backward passes match Table 7 for all 8 methods" if verdicts["backprop"] == "reproduced"
+            else f"backward passes differ for {', '.join(miss('backprop'))}")
+    C.annotate_verdict(fig, f"{verdicts['overall']}: {head}\ncommunication differs for "
+                            f"{', '.join(miss('communication')) or 'none'}; memory (1 + per-client state) differs "
+                            f"for {', '.join(miss('memory')) or 'none'}")
+    return data, fig
+
+
+def main(argv=None):
+    return C.run_script(NAME, compute, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()
