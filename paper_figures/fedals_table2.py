@@ -66,21 +66,21 @@ def plot(res: dict):
     a = res["alphas"]
     m = np.array([res["mean_std"][str(x)][0] for x in a])
     s = np.array([res["mean_std"][str(x)][1] for x in a])
-    fig, ax = figure(ncols=2, w=4.6, h=3.4)
+    fig, ax = figure(ncols=2, w=5.0, h=3.6)
     ax[0, 0].errorbar(a, m, yerr=s, fmt="o-", capsize=3, label=f"measured (mean ± std, {res['seeds']} seeds)")
     pa = sorted(int(x) for x in res["paper"])
     ax[0, 0].errorbar(pa, [res["paper"][str(x)][0] for x in pa], yerr=[res["paper"][str(x)][1] for x in pa],
                       fmt="s--", capsize=3, color="0.5", label="paper, CIFAR-10 (ResNet-20)")
-    ax[0, 0].set(xscale="log", xlabel="alpha (phi synchronised every alpha * tau steps)", ylabel="test accuracy",
+    ax[0, 0].set(xscale="log", xlabel="alpha (phi averaged every alpha*tau steps)", ylabel="test accuracy",
                  title="accuracy vs alpha")
-    ax[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.22))
+    ax[0, 0].legend(fontsize=7, loc="center left")                # between the two curves
     ours = [res["comm_per_client"][str(x)] / res["comm_per_client"]["1"] for x in a]
     ax[0, 1].plot(a, ours, "o-", label=f"QUICK {res['config']['model']} / its FedAvg")
     ax[0, 1].plot(pa, [res["paper"][str(x)][2] / res["paper"]["1"][2] for x in pa], "s--", color="0.5",
                   label="paper's column / FedAvg's")
-    ax[0, 1].set(xscale="log", yscale="log", xlabel="alpha", ylabel="parameters sent per client (relative)",
+    ax[0, 1].set(xscale="log", yscale="log", xlabel="alpha", ylabel="parameters sent / FedAvg's",
                  title="communication vs alpha")
-    ax[0, 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.22))
+    ax[0, 1].legend(fontsize=7, loc="lower left")                 # the curves fall from the top left
     c = res["config"]
     fig.suptitle(f"FedALS Table 2 — FedALS tau={c['tau']}, {c['clients']} clients x 2 classes, {c['model']} on "
                  f"{c['dataset']}, {c['rounds']} rounds", fontsize=10)

@@ -5,7 +5,8 @@ Sec. 6-7, Table 2): with tau = 5 the head h (ResNet-20's final FC layer) is aver
 representation phi (every conv layer) every alpha * tau, so a client sends (T / tau)(|h| + |phi| / alpha)
 parameters: 2.344B at alpha = 1 (FedAvg), 0.473B / 0.239B / 0.099B / 0.052B / 0.029B at alpha = 5 / 10 / 25 /
 50 / 100. Recomputed here from the toolkit's ResNet-20 layer table and the trainer's own count (``fedals_floats``)
-with T / tau = 2.344e9 / |theta| head synchronisations (FedAvg's entry fixes T). Nothing is trained, so this runs in a second: it is also the figure the tests regenerate and compare with the committed JSON.
+with T / tau = 2.344e9 / |theta| head synchronisations (FedAvg's entry fixes T). Nothing is trained, so this runs
+in a second: it is also the figure the tests regenerate and compare with the committed JSON.
 
     python paper_figures/fedals_table2_comm.py
 """
