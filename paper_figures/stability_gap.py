@@ -11,7 +11,8 @@ the train-test loss gap of the base run over rounds; ||w^t - w~^t|| over rounds;
 over 300 test points; and the RI-step growth ratios delta_0^t / delta_last^{t-1} against the paper's 1 + 2 beta.
 
 The models meet the accuracy bar (test accuracy of each base run is on the figure). Verdict: the paper's direction
-(Remark 14) is that the loss difference at T falls from beta = 0 to beta = 0.3; the pairs are the repetitions.
+(Remark 14) is that the loss difference at T is smaller with relaxed initialisation: FedAvg's minus the mean over
+every beta > 0, per pair; the pairs are the repetitions.
 
     python paper_figures/stability_gap.py            # about 40 s of CPU (1 thread)
 """
@@ -51,8 +52,9 @@ def final_eps(r: dict) -> list[float]:
 
 def compute() -> dict:
     res = {str(b): one(b) for b in BETAS}
-    effect = common.mean_std(np.subtract(final_eps(res["0.0"]), final_eps(res["0.3"])))   # > 0: beta helps
-    return {"settings": {**BASE, "betas": BETAS, "pairs": PAIRS}, "effect_eps_beta0_minus_beta03": effect,
+    relaxed = np.mean([final_eps(r) for b, r in res.items() if float(b) > 0], 0)       # every beta > 0, per pair
+    effect = common.mean_std(np.subtract(final_eps(res["0.0"]), relaxed))                 # > 0: beta helps
+    return {"settings": {**BASE, "betas": BETAS, "pairs": PAIRS}, "effect_eps_fedavg_minus_fedinit": effect,
             "verdict": common.verdict(*effect),
             "per_beta": {b: {"summary": r["summary"], "pairs": r["pairs"], "gap": r["gap_rows"],
                              "rows": r["rows"], "test_acc": r["gap_rows"][-1]["test_acc"]}
@@ -83,15 +85,19 @@ def plot(res: dict):
               title="distance of coupled neighbours")
     ax[2].set(xlabel="beta", ylabel="mean_z |f(w;z) - f(w~;z)| (± s.e.)", title=f"loss stability at T={ROUNDS}")
     ax[3].set(xlabel="beta", ylabel="delta_0^t / delta_last^(t-1)", yscale="log", title="RI-step growth per round")
-    ax[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2)
+    ax[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.3), ncol=2)
     for a in (ax[2], ax[3]):
-        a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.2))
+        a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.3))
     fig.suptitle(f"FedInit Remark 14 — FedAvg vs FedInit on digits (MLP), 10 clients at 50%, {PAIRS} coupled "
                  f"neighbour pairs, {ROUNDS} rounds", fontsize=10)
     fig.tight_layout()
-    m, s = res["effect_eps_beta0_minus_beta03"]
-    common.annotate_verdict(fig, f"relaxed initialisation makes FedAvg more stable (loss difference at T falls from "
-                                 f"beta=0 to 0.3): {res['verdict']} ({m:+.2e} ± {s:.2e} over {PAIRS} pairs)")
+    m, s = res["effect_eps_fedavg_minus_fedinit"]
+    d = [r["summary"]["delta_T_mean"] for r in res["per_beta"].values()]
+    trend = "grows" if np.all(np.diff(d) > 0) else "is not monotone"
+    common.annotate_verdict(fig, f"relaxed initialisation makes FedAvg more stable (loss difference at T, FedAvg "
+                                 f"minus the mean over beta > 0): {res['verdict']} ({m:+.2e} ± {s:.2e} over "
+                                 f"{PAIRS} pairs);\nthe parameter distance at T {trend} in beta "
+                                 f"({', '.join(f'{x:.3g}' for x in d)})")
     return fig
 
 
@@ -104,7 +110,7 @@ def main(argv=None):
             s = r["summary"]
             print(f"beta={b:<4} eps_pool={s['eps_pool_mean']:.3e} delta_T={s['delta_T_mean']:.3e} "
                   f"r_init_max={s['r_init_max']} (paper bound {s['paper_r_init_bound']:.2f}) acc={r['test_acc']:.3f}")
-        print(NAME, res["verdict"], res["effect_eps_beta0_minus_beta03"])
+        print(NAME, res["verdict"], res["effect_eps_fedavg_minus_fedinit"])
     return res
 
 
