@@ -15,13 +15,15 @@ layer's squared norm. FULL: ResNet-20 on CIFAR-10 as in the paper.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
-from paper_figures import common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
 
 NAME = "fedals_fig1_consensus"
 CLAIM = "FedALS Fig. 1: early layers have a lower consensus distance than later layers and the head"

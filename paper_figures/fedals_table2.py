@@ -15,14 +15,16 @@ steps), alpha in {1, 5, 10, 25, 50}, 3 seeds; parameters sent are counted by the
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
 from fedlab_analysis.trainers.algorithms import fedals_floats
-from paper_figures import common
-from paper_figures.fedals_table2_comm import PAPER as PAPER_COMM
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
+from paper_figures.fedals_table2_comm import PAPER as PAPER_COMM  # noqa: E402
 
 NAME = "fedals_table2"
 ALPHAS = (1, 5, 10, 25, 50)

@@ -12,11 +12,14 @@ in a second: it is also the figure the tests regenerate and compare with the com
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from fedlab_analysis.models import build_model
 from fedlab_analysis.params import ParamSpace
 from fedlab_analysis.plots import figure
 from fedlab_analysis.trainers.algorithms import fedals_floats
-from paper_figures import common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
 
 NAME = "fedals_table2_comm"
 PAPER = {1: 2.344e9, 5: 0.473e9, 10: 0.239e9, 25: 0.099e9, 50: 0.052e9, 100: 0.029e9}   # Table 2, last column

@@ -13,12 +13,14 @@ QUICK: FedInit (Algorithm 1) on digits with an MLP, 20 clients, Dirichlet 0.1, 2
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
-from paper_figures import common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
 
 NAME = "fedinit_fig1_sensitivity"
 # the FedInit QUICK setting shared by the FedInit scripts: FedAvg reaches ~0.95 test accuracy here

@@ -15,14 +15,16 @@ measured from the RI start (delta_from_init). Late = the second half of training
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
-from paper_figures import common
-from paper_figures.fedinit_fig1_sensitivity import FULL, QUICK
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
+from paper_figures.fedinit_fig1_sensitivity import FULL, QUICK  # noqa: E402
 
 NAME = "fedinit_fig2_consensus"
 BETAS = (-0.2, -0.1, 0.0, 0.1, 0.3)

@@ -12,13 +12,15 @@ QUICK: digits, MLP, 20 clients at 20%, Dirichlet 0.1, 10 local steps, 40 rounds,
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
-from paper_figures import common
-from paper_figures.fedinit_fig1_sensitivity import FULL, QUICK, late_acc
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
+from paper_figures.fedinit_fig1_sensitivity import FULL, QUICK, late_acc  # noqa: E402
 
 NAME = "fedinit_table6"
 # Table 6, 10%-100 Dir-0.1 column: (vanilla, +RI); RI helps the first four, not FedDyn and FedCM

@@ -18,6 +18,8 @@ every beta > 0, per pair; the pairs are the repetitions.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 import time
 
 import numpy as np
@@ -25,7 +27,8 @@ import numpy as np
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.plots import figure
 from fedlab_analysis.probes.stability import make_hook, uniform_stability
-from paper_figures import common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
 
 # ---- settings --------------------------------------------------------------------------------------------------
 BETAS = [0.0, 0.1, 0.3, 0.6]          # 0 = FedAvg; FedInit's code default is 0.1
