@@ -7,7 +7,8 @@ PYTHON  := $(BIN)/python
 TORCH   ?= torch==2.13.0
 export MPLBACKEND := Agg
 
-.PHONY: demo test test-all venv install install-dev extras-hessian extras-landscape extras-curvlinops theory bench clean
+.PHONY: demo test test-all test-notebooks venv install install-dev extras-hessian extras-landscape extras-curvlinops theory \
+	figures notebooks bench clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -48,6 +49,20 @@ test: $(VENV)/.installed-dev
 
 test-all: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m ""
+
+# the per-paper notebooks (QUICK mode, minutes each; marked slow): CI runs them after `make test`
+test-notebooks: $(VENV)/.installed-dev
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/test_notebooks.py
+
+# every QUICK figure and its numbers: paper_figures/out/<name>/{fig.png,data.json}; runs are cached under runs/
+FIGURES := $(sort $(filter-out common __init__,$(basename $(notdir $(wildcard paper_figures/*.py)))))
+figures: $(VENV)/.installed
+	@for f in $(FIGURES); do echo "== paper_figures/$$f.py"; $(PYTHON) -m paper_figures.$$f --quiet || exit 1; done
+
+# re-execute every notebook in place (QUICK; static fallbacks instead of widgets), outputs saved for the repo page
+notebooks: $(VENV)/.installed-dev
+	@cd notebooks && for nb in *.ipynb; do echo "== notebooks/$$nb"; FEDLAB_NB_STATIC=1 JUPYTER_PREFER_ENV_PATH=1 \
+		PYTHONPATH=$(CURDIR) $(abspath $(BIN))/jupyter-execute --inplace --timeout=3600 $$nb || exit 1; done
 
 theory: $(VENV)/.installed
 	$(PYTHON) -m fedlab_analysis.theory all --out paper_figures/out/theory

@@ -1,100 +1,112 @@
-"""FedInit Fig. 2 at small scale: accuracy and divergence over rounds for several beta of relaxed initialisation.
+"""FedInit Fig. 2: test accuracy and divergence over rounds for negative, zero and positive beta.
 
-Paper (Sun, Shen, Tao, Fig. 2): FedAvg+RI on CIFAR-10 (ResNet-18-GN), Dir-0.6 10%-100 and
-Dir-0.1 5%-200, beta = 0, two negative and positive values. Claims: beta > 0 lowers the divergence and gains at
-least 2% accuracy in every setup; negative beta gives larger divergence and worse accuracy "in most cases"; RI
-makes the divergence fluctuate early. The curves are the released code's divergence (1/|S|) sum_{i in S}
-||w^t_{i,K} - w^{t+1}||^2 over the selected clients (the authors' released code); the theory's Delta^{t+1} =
-(1/C) sum_{i in C} ||w_{i,K}^{last} - w^{t+1}||^2 averages over ALL clients, stale ones included.
+Paper (Sun, Shen, Tao, "Understanding How Consistency Works in Federated Learning via Stage-wise Relaxed
+Initialization", Sec. 5, Fig. 2): FedAvg+RI (= FedInit) on CIFAR-10; beta > 0 lowers the divergence and gains at
+least 2% accuracy in every setup, beta < 0 raises the divergence and lowers accuracy "in most cases", and RI
+makes the divergence fluctuate early. The curves are the divergence of the released code,
+(1/|S|) sum_{i in S} ||w^t_{i,K} - w^{t+1}||^2 over the selected clients; the theory's Delta^{t+1} =
+(1/C) sum_{i in C} ||w^{last}_{i,K} - w^{t+1}||^2 averages over all clients, stale ones included.
 
-Here: mnist1d, CNN1d, Dirichlet 0.1 over 20 clients at 20% (Bernoulli, the simulator), 10 local steps of 50
-samples, lr 0.1, 40 rounds, beta in {-0.2, -0.1, 0, 0.1, 0.3}, both aggregations: Algorithm 1's mean of the final
-local models (final_avg) and the code's update measured from the RI start (delta_from_init); both divergences by the
-consensus hook. Writes paper_figures/out/fedinit_fig2_consensus/{fig.png, data.json}.
+QUICK: digits, MLP, 20 clients at 20%, Dirichlet 0.1, 10 local steps, 40 rounds, beta in {-0.2, -0.1, 0, 0.1,
+0.3}, 3 seeds, both aggregations: Algorithm 1's mean of the final local models (final_avg) and the code's update
+measured from the RI start (delta_from_init). Late = the second half of training.
 
-    python paper_figures/fedinit_fig2_consensus.py [--rounds 40]
+    python paper_figures/fedinit_fig2_consensus.py [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import argparse
-import json
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from fedlab_analysis.config import RunConfig
-from fedlab_analysis.plots import figure, save
+from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
-from fedlab_analysis.trainers.engine import Run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
+from paper_figures.fedinit_fig1_sensitivity import FULL, QUICK  # noqa: E402
 
-OUT = Path(__file__).parent / "out" / "fedinit_fig2_consensus"
+NAME = "fedinit_fig2_consensus"
 BETAS = (-0.2, -0.1, 0.0, 0.1, 0.3)
 AGGS = {"final_avg": "Alg. 1: mean of final models", "delta_from_init": "code: update from the RI start"}
-CLAIM = ("FedInit Fig. 2 claims: beta > 0 lowers the divergence and gains >= 2% accuracy; beta < 0 raises the "
-         "divergence and lowers accuracy")
-PANELS = (("test_acc", "test accuracy"), ("divergence", "code: (1/|S|) sum_S ||w_i,K - w^{t+1}||^2"),
-          ("fedinit_delta", "paper: (1/C) sum_C ||w_i^last - w^{t+1}||^2"))
+PANELS = {"test_acc": "test accuracy", "divergence": "code: (1/|S|) sum_S ||w_i,K - w^{t+1}||^2",
+          "fedinit_delta": "paper: (1/C) sum_C ||w_i^last - w^{t+1}||^2"}
 
 
-def accuracy_hook(rows: list):
-    def hook(event, run, ctx, x):
-        if event == "round":
-            rows.append(run.evaluate(run.Xte, run.Yte)[1])
-    return hook
+def curves(run: dict) -> dict:
+    """Per-round test accuracy and both divergences from a run's metrics rows (the consensus hook's round rows)."""
+    rnd = [next(p for p in r["probes"] if p["event"] == "round") for r in run["rows"]]
+    return {"test_acc": [r["test_acc"] for r in run["rows"]], "divergence": [p["divergence"] for p in rnd],
+            "fedinit_delta": [p["fedinit_delta"] for p in rnd]}
+
+
+def compute(seeds=3, full=False, out_root=None) -> dict:
+    out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
+    base = FULL if full else QUICK
+    cur = {}
+    for agg in AGGS:
+        for b in BETAS:
+            runs = common.train_seeds({**base, "beta": b, "ri_agg": agg}, seeds, out_root, full,
+                                      callbacks_fn=lambda s: [consensus.make_hook()], tag="consensus-rounds")
+            cur[agg, b] = [curves(r) for r in runs]
+    R = len(cur[agg, 0.0][0]["test_acc"])
+    late = {k: {agg: {b: [float(np.mean(c[p][R // 2:])) for c in cur[agg, b]] for b in BETAS} for agg in AGGS}
+            for k, p in [("test_acc", "test_acc"), ("divergence", "divergence"), ("delta", "fedinit_delta")]}
+    claims = {}
+    for agg in AGGS:
+        acc, div = late["test_acc"][agg], late["divergence"][agg]
+        lower = common.mean_std(np.subtract(div[0.0], div[0.1]))             # > 0: beta = 0.1 lowers it
+        gain = common.mean_std(np.subtract(acc[0.1], acc[0.0]))              # the paper: at least +0.02
+        at_least_2 = common.verdict(gain[0] - 0.02, gain[1])
+        if at_least_2 != "reproduced":                                       # a loss is opposite, a small gain not
+            at_least_2 = common.verdict(*gain) if common.verdict(*gain) == "opposite" else common.VERDICTS[1]
+        raise_ = common.mean_std(np.subtract(div[-0.1], div[0.0]))           # > 0: beta = -0.1 raises it
+        claims[agg] = {"beta>0 lowers divergence": {"effect": lower, "verdict": common.verdict(*lower)},
+                       "beta>0 gains >= 2 points": {"effect": gain, "verdict": at_least_2},
+                       "beta<0 raises divergence": {"effect": raise_, "verdict": common.verdict(*raise_)}}
+    mean_curves = {f"{agg}/beta={b}": {p: np.mean([c[p] for c in cur[agg, b]], 0).round(6).tolist() for p in PANELS}
+                   for agg in AGGS for b in BETAS}
+    return {"config": common.config(base, 0, full).to_dict(), "seeds": seeds, "betas": list(BETAS),
+            "late": {k: {a: {str(b): v for b, v in d.items()} for a, d in x.items()} for k, x in late.items()},
+            "curves": mean_curves, "claims": claims,
+            "verdict": claims["final_avg"]["beta>0 lowers divergence"]["verdict"]}
+
+
+def plot(res: dict):
+    fig, ax = figure(ncols=3, nrows=2, w=4.0, h=2.9)
+    for i, agg in enumerate(AGGS):
+        for j, (p, title) in enumerate(PANELS.items()):
+            for b in res["betas"]:
+                y = res["curves"][f"{agg}/beta={b}"][p]
+                ax[i, j].plot(np.arange(1, len(y) + 1), y, lw=1.1, label=f"beta={b:+.1f}")
+            ax[i, j].set(xlabel="round" if i else None, yscale="log" if p != "test_acc" else "linear",
+                         title=title if i == 0 else None)
+            if p == "test_acc":
+                ax[i, j].set_ylim(0.5, 1.0)
+        ax[i, 0].set_ylabel(AGGS[agg], fontsize=8)
+    ax[0, 2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=f"mean of {res['seeds']} seeds")
+    c = res["config"]
+    acc0 = np.mean(res["late"]["test_acc"]["final_avg"]["0.0"])
+    fig.suptitle(f"FedInit Fig. 2 — FedAvg+RI on {c['dataset']} ({c['model']}), {c['clients']} clients at "
+                 f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, K={c['local_steps']}; FedAvg (beta=0) late test "
+                 f"acc {acc0:.3f}", fontsize=9.5)
+    fig.tight_layout()
+    parts = []
+    for agg in AGGS:
+        cl = res["claims"][agg]
+        parts.append(f"{agg}: " + "; ".join(f"{k}: {v['verdict']} ({v['effect'][0]:+.3g} ± {v['effect'][1]:.1g})"
+                                            for k, v in cl.items()))
+    common.annotate_verdict(fig, "\n".join(parts))
+    return fig
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    t0, curves = time.perf_counter(), {}
-    for agg in AGGS:
-        for beta in BETAS:
-            cfg = RunConfig(algo="fedinit", beta=beta, ri_agg=agg, dataset="mnist1d", model="cnn1d", clients=20,
-                            active_ratio=0.2, partition="dirichlet", dir_alpha=0.1, local_steps=10, batch_size=50,
-                            lr=0.1, rounds=args.rounds, seed=args.seed, quiet=True)
-            run, hook, acc = Run(cfg), consensus.make_hook(), []
-            run.callbacks += [hook, accuracy_hook(acc)]
-            for _ in range(cfg.rounds):
-                run.round()
-            curves[agg, beta] = {"test_acc": acc, **{k: [r[k] for r in hook.rows] for k, _ in PANELS[1:]}}
-            print(f"{agg:15s} beta={beta:+.1f}  acc {np.mean(acc[-5:]):.3f}  divergence "
-                  f"{np.mean(curves[agg, beta]['divergence'][args.rounds // 2:]):.3f}", flush=True)
-
-    late = slice(args.rounds // 2, None)         # second half of training
-    summary = {agg: {beta: {k: float(np.mean(curves[agg, beta][k][late])) for k, _ in PANELS} for beta in BETAS}
-               for agg in AGGS}
-    fig, ax = figure(ncols=3, nrows=2, w=4.3, h=3.0)
-    for i, agg in enumerate(AGGS):
-        for j, (k, title) in enumerate(PANELS):
-            for beta in BETAS:
-                ax[i, j].plot(np.arange(1, args.rounds + 1), curves[agg, beta][k], lw=1.1,
-                              label=f"beta={beta:+.1f}: {summary[agg][beta][k]:.3g}")
-            ax[i, j].set(xlabel="round", title=f"{title}" if i == 0 else None,
-                         yscale="log" if k == "fedinit_delta" else "linear")
-            ax[i, j].legend(fontsize=6, title="late mean", title_fontsize=6)
-        ax[i, 0].set_ylabel(AGGS[agg], fontsize=8)
-    lines = [f"beta = {' / '.join(f'{b:+.1f}' for b in BETAS)}"]
-    for agg in AGGS:
-        s = summary[agg]
-        lines.append(f"{agg}: " + "; ".join(f"{name} " + " / ".join(f"{s[b][k]:.3g}" for b in BETAS)
-                                            for k, name in (("divergence", "code divergence"),
-                                                            ("fedinit_delta", "paper Delta"), ("test_acc", "acc"))))
-    fig.suptitle(f"{CLAIM}.\nMeasured (CNN1d on mnist1d, Dir-0.1, 20 clients at 20%, 10 local steps, second-half "
-                 f"means; a round that draws one client has code divergence 0 under final_avg):\n" + "\n".join(lines),
-                 fontsize=8)
-    fig.tight_layout()
-    OUT.mkdir(parents=True, exist_ok=True)
-    save(fig, OUT / "fig.png")
-    data = {"claim": CLAIM, "measured": lines, "summary": {a: {str(b): v for b, v in s.items()} for a, s in
-                                                          summary.items()},
-            "curves": {f"{a}/beta={b}": c for (a, b), c in curves.items()}, "seconds": time.perf_counter() - t0}
-    (OUT / "data.json").write_text(json.dumps(data, indent=1) + "\n")
-    print("\n".join(lines))
+    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    res = compute(args.seeds, args.full)
+    common.save_result(NAME, res, plot(res))
+    if not args.quiet:
+        print(NAME, {a: {k: v["verdict"] for k, v in c.items()} for a, c in res["claims"].items()})
+    return res
 
 
 if __name__ == "__main__":

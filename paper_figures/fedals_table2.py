@@ -1,0 +1,108 @@
+"""FedALS Table 2: test accuracy and parameters communicated per client against the adaptation coefficient alpha.
+
+Paper (Gholami & Seferoglu, "Improved Generalization Bounds for Communication Efficient Federated Learning",
+Sec. 7, Tables 1-2): ResNet-20, 5 clients, label-sorted non-iid split, tau = 5 (the head h is averaged every
+tau local steps, the representation phi every alpha * tau). Claims: (a) accuracy is an inverted U in alpha with
+its peak at alpha = 5-10, above FedAvg (alpha = 1: CIFAR-10 0.465 -> 0.522 at alpha = 10); (b) the
+communicated parameters per client are (T / tau)(|h| + |phi| / alpha): 2.344B at alpha = 1 down to 0.029B at
+alpha = 100.
+
+QUICK: digits, the 4-layer MLP (phi = fc1-fc3, h = fc4), 5 clients x 2 classes, tau = 5, 600 rounds (3,000 local
+steps), alpha in {1, 5, 10, 25, 50}, 3 seeds; parameters sent are counted by the trainer's own rule
+(fedals_table2_comm.py recomputes the paper's column for ResNet-20). FULL: ResNet-20 on CIFAR-10.
+
+    python paper_figures/fedals_table2.py [--full --data-dir DIR] [--seeds 3]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fedlab_analysis.plots import figure
+from fedlab_analysis.trainers.algorithms import fedals_floats
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
+from paper_figures import common  # noqa: E402
+from paper_figures.fedals_table2_comm import PAPER as PAPER_COMM  # noqa: E402
+
+NAME = "fedals_table2"
+ALPHAS = (1, 5, 10, 25, 50)
+QUICK = dict(algo="fedals", tau=5, local_steps=5, clients=5, active_ratio=1.0, partition="sorted", batch_size=32,
+             lr=0.05, wd=1e-4, model_kwargs={"widths": [64, 64, 64]}, rounds=600, eval_every=50)
+FULL = dict(algo="fedals", tau=5, local_steps=5, model="resnet20", clients=5, active_ratio=1.0, partition="sorted",
+            batch_size=64, lr=0.05, wd=1e-4, lr_decay=1.0, augment=False, rounds=4300, eval_every=100)
+# Table 2, CIFAR-10 column: mean ± std over 20 runs, and the parameters communicated per client
+PAPER = {a: (*acc, PAPER_COMM[a]) for a, acc in {1: (0.4651, 0.0071), 5: (0.5201, 0.0302), 10: (0.5224, 0.0365),
+                                                  25: (0.3814, 0.0641), 50: (0.2853, 0.0641),
+                                                  100: (0.2817, 0.032)}.items()}
+
+
+def compute(seeds=3, full=False, out_root=None) -> dict:
+    out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
+    base = FULL if full else QUICK
+    acc = {a: [r["test_acc"] for r in common.train_seeds({**base, "alpha": a}, seeds, out_root, full)]
+           for a in ALPHAS}
+    from fedlab_analysis.trainers.engine import Run
+    run = Run(common.config({**base, "alpha": 1}, 0, full))           # the layer table with its phi/h groups
+    comm = {a: fedals_floats(run.space, a, base["rounds"]) for a in ALPHAS}
+    diffs = np.array([acc[10]]) - np.array([acc[1]])                  # paired by seed
+    peak = max((5, 10), key=lambda a: np.mean(acc[a]))
+    ends = max((1, 50), key=lambda a: np.mean(acc[a]))
+    umargin = np.array(acc[peak]) - np.array(acc[ends])
+    res = {"config": common.config(base, 0, full).to_dict(), "alphas": list(ALPHAS), "seeds": seeds,
+           "test_acc": {str(a): v for a, v in acc.items()},
+           "mean_std": {str(a): common.mean_std(v) for a, v in acc.items()},
+           "comm_per_client": {str(a): v for a, v in comm.items()},
+           "paper": {str(a): v for a, v in PAPER.items()},
+           "claims": {
+               "alpha10_beats_fedavg": {"effect": common.mean_std(diffs[0]),
+                                        "verdict": common.verdict(*common.mean_std(diffs[0]))},
+               "inverted_u": {"peak": peak, "best_end": ends, "effect": common.mean_std(umargin),
+                              "verdict": common.verdict(*common.mean_std(umargin))}}}
+    res["verdict"] = res["claims"]["alpha10_beats_fedavg"]["verdict"]
+    return res
+
+
+def plot(res: dict):
+    a = res["alphas"]
+    m = np.array([res["mean_std"][str(x)][0] for x in a])
+    s = np.array([res["mean_std"][str(x)][1] for x in a])
+    fig, ax = figure(ncols=2, w=5.0, h=3.6)
+    ax[0, 0].errorbar(a, m, yerr=s, fmt="o-", capsize=3, label=f"measured (mean ± std, {res['seeds']} seeds)")
+    pa = sorted(int(x) for x in res["paper"])
+    ax[0, 0].errorbar(pa, [res["paper"][str(x)][0] for x in pa], yerr=[res["paper"][str(x)][1] for x in pa],
+                      fmt="s--", capsize=3, color="0.5", label="paper, CIFAR-10 (ResNet-20)")
+    ax[0, 0].set(xscale="log", xlabel="alpha (phi averaged every alpha*tau steps)", ylabel="test accuracy",
+                 title="accuracy vs alpha")
+    ax[0, 0].legend(fontsize=7, loc="center left")                # between the two curves
+    ours = [res["comm_per_client"][str(x)] / res["comm_per_client"]["1"] for x in a]
+    ax[0, 1].plot(a, ours, "o-", label=f"QUICK {res['config']['model']} / its FedAvg")
+    ax[0, 1].plot(pa, [res["paper"][str(x)][2] / res["paper"]["1"][2] for x in pa], "s--", color="0.5",
+                  label="paper's column / FedAvg's")
+    ax[0, 1].set(xscale="log", yscale="log", xlabel="alpha", ylabel="parameters sent / FedAvg's",
+                 title="communication vs alpha")
+    ax[0, 1].legend(fontsize=7, loc="lower left")                 # the curves fall from the top left
+    c = res["config"]
+    fig.suptitle(f"FedALS Table 2 — FedALS tau={c['tau']}, {c['clients']} clients x 2 classes, {c['model']} on "
+                 f"{c['dataset']}, {c['rounds']} rounds", fontsize=10)
+    fig.tight_layout()
+    cl = res["claims"]
+    e, u = cl["alpha10_beats_fedavg"]["effect"], cl["inverted_u"]["effect"]
+    common.annotate_verdict(fig, f"FedALS alpha=10 beats FedAvg: {cl['alpha10_beats_fedavg']['verdict']} "
+                                 f"(acc difference {e[0]:+.3f} ± {e[1]:.3f}); inverted U peaking at alpha 5-10: "
+                                 f"{cl['inverted_u']['verdict']} ({u[0]:+.3f} ± {u[1]:.3f})")
+    return fig
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    res = compute(args.seeds, args.full)
+    common.save_result(NAME, res, plot(res))
+    if not args.quiet:
+        print(NAME, {k: v["verdict"] for k, v in res["claims"].items()}, res["mean_std"])
+    return res
+
+
+if __name__ == "__main__":
+    main()
