@@ -331,6 +331,10 @@ def validate_dict(d: dict, source: str = "config") -> RunConfig:
     return cfg
 
 
+# How and where a run executes, not what it computes (beyond float tolerance: loop == vmap is tested): run names
+# and caches ignore these, and config.json records the device and the parallel mode as resolved.
+EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device")
+
 DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,
             "server_momentum": 0.9}
 ALGO_DEFAULTS = {

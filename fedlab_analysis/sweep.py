@@ -32,13 +32,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import algos
-from .config import ALGO_DEFAULTS, DEFAULTS, RunConfig
+from .config import ALGO_DEFAULTS, DEFAULTS, EXECUTION, RunConfig
 from .errors import UserError
 
 SWEEP_KEYS = ("base", "grid", "probes", "resources")
-# never change a run's numbers beyond float tolerance (loop == vmap is tested; config.json records the device and
-# the parallel mode as resolved), so never its name: a sweep moved to a GPU machine reuses its finished runs
-HASH_FREE = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device")
+HASH_FREE = EXECUTION                    # never change a run's numbers, so never its name
 RESOURCES = {"num_cpus": 1, "num_gpus": 0}
 DEFAULT_CONFIG = RunConfig().to_dict()
 FINAL = ("test_acc", "test_loss", "train_acc", "train_loss")

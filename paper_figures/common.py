@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fedlab_analysis import plots
-from fedlab_analysis.config import RunConfig
+from fedlab_analysis.config import EXECUTION, RunConfig
 from fedlab_analysis.errors import UserError
 
 OUT = Path(__file__).parent / "out"
@@ -105,16 +105,21 @@ def train_seeds(cfg_overrides: dict, seeds, out_root, full: bool = False, callba
     for s in seeds:
         cfg = config(cfg_overrides, s, full)
         d = cfg.to_dict()
-        key = {k: v for k, v in d.items() if k not in ("quiet", "seed", "device", "threads", "data_dir")}
+        key = {k: v for k, v in d.items() if k not in (*EXECUTION, "seed", "data_dir")}
         h = hashlib.sha1(json.dumps([key, tag], sort_keys=True).encode()).hexdigest()[:10]
         run_dir = Path(out_root) / f"{cfg.algo}-{h}-s{s}"
         cached = run_dir / "ckpt" / "last.pt"
-        same = cached.exists() and json.loads((run_dir / "config.json").read_text()) == d
-        if not same:
-            train(cfg, run_dir, callbacks=callbacks_fn(s) if callbacks_fn else ())
+        same = cached.exists() and _computes(json.loads((run_dir / "config.json").read_text())) == _computes(d)
+        if not same:                                 # a stale or half-written run directory is replaced
+            train(cfg, run_dir, callbacks=callbacks_fn(s) if callbacks_fn else (), overwrite=True)
         rows = plots.read_metrics(run_dir)
         out.append({"seed": s, "run_dir": str(run_dir), "test_acc": rows[-1]["test_acc"], "rows": rows})
     return out
+
+
+def _computes(d: dict) -> dict:
+    """What a config computes: without the fields that say only how and where it ran."""
+    return {k: v for k, v in d.items() if k not in EXECUTION}
 
 
 def mean_std(xs) -> tuple[float, float]:
