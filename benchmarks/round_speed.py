@@ -194,7 +194,8 @@ def main(argv=None):
 def write(head, rows, device):
     path = Path(__file__).resolve().parent / "RESULTS.md"
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    models = dict.fromkeys(r.split(" | ")[0][2:] for r in rows[2:] if not r.startswith("| GPU"))
+    models = dict.fromkeys(f"{c[0][2:]} K={c[3].split()[0]}" for c in (r.split(" | ") for r in rows[2:])
+                           if not c[0].startswith("| GPU"))
     title = f"{SECTION} ({'CUDA' if device.type == 'cuda' else 'CPU'}: {', '.join(models)})"
     block = f"{title}\n\n{head}\n\n" + "\n".join(rows) + "\n"
     pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
