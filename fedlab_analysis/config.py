@@ -161,7 +161,8 @@ class RunConfig:
         if self.hp("server_lr") <= 0:
             bad("server_lr", f"must be > 0 (got {self.server_lr})")
         choices = {"sampling": ("bernoulli", "fixed"), "dtype": ("float32", "float64"),
-                   "client_parallel": ("auto", "loop", "vmap"), "state_device": ("run", "cpu"), "precision": ("fp32", "tf32", "bf16"),
+                   "client_parallel": ("auto", "loop", "vmap"), "state_device": ("run", "cpu"),
+                   "precision": ("fp32", "tf32", "bf16"),
                    "ri_agg": ("final_avg", "delta_from_init"),
                    "lesam_source": ("client_old", "last_global_update", "released_code"),
                    "lesam_s_scale": ("paper", "code"),

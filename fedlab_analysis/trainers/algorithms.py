@@ -20,8 +20,6 @@
 """
 from __future__ import annotations
 
-import torch
-
 from ..errors import UserError
 from .parts import (SAM, SMOO, Dyn, LESAM, Momentum, Part, Plain, Prox, RelaxedInit, Scaffold,
                     ServerAdam, ServerMomentum)

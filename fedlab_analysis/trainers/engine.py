@@ -354,7 +354,7 @@ class Run:
 
     # ---- one round --------------------------------------------------------------------------------
     def round(self) -> RoundCtx:
-        cfg, algo = self.cfg, self.algo
+        algo = self.algo
         ctx = self.round_ctx(self.t)
         if self.bspace.P:
             ctx.extra["buf"] = self.buf.expand(ctx.n, -1).clone()
