@@ -53,8 +53,9 @@ def dataset(shape, clients: int, per_client: int, seed: int = 0) -> Dataset:
 
 
 class Peak:
-    """Peak memory of a block: CUDA max_memory_allocated, else the peak RSS (VmHWM, reset through
-    /proc/self/clear_refs) above the RSS at its start. MiB."""
+    """Peak memory of a block: CUDA max_memory_allocated above the allocation at its start; on the CPU the peak
+    RSS (VmHWM, reset through /proc/self/clear_refs) above the RSS at its start, after glibc's malloc_trim has
+    returned the free heap to the system (so memory the round reuses from earlier rounds counts). MiB."""
 
     def __init__(self, device):
         self.cuda = device.type == "cuda"
@@ -71,9 +72,11 @@ class Peak:
             self.base = torch.cuda.memory_allocated() / 2 ** 20
         else:
             try:
+                import ctypes
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
                 with open("/proc/self/clear_refs", "w") as fh:
                     fh.write("5")
-            except OSError:
+            except OSError:                      # not Linux/glibc: the number is only an upper-bound guess
                 pass
             self.base = self._status("VmRSS")
         return self
@@ -86,16 +89,16 @@ class Peak:
             self.mb = self._status("VmHWM") - self.base
 
 
-def runners(model, algo, ds, steps, device, augment):
-    """{name: (round function, object)} for ours (loop, vmap) and the reference, in the same setting."""
+def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap")):
+    """{name: round function} for ours (``modes``) and the reference, in the same setting."""
     from reference_sim import ReferenceSim
     cfg = dict(algo=algo, dataset="cifar10" if ds.augmentable else "mnist", model=model,
-               clients=len(ds.natural_clients), active_ratio=0.1,
+               clients=len(ds.natural_clients), active_ratio=10 / len(ds.natural_clients),
                sampling="fixed", partition="natural", local_steps=steps, batch_size=50, lr=0.1, lr_decay=1.0,
                wd=1e-3, clip=10.0, augment=augment, rho=0.1, lamb=0.1, alpha=0.1, device=str(device),
                keep_clients=False, quiet=True)
     out = {}
-    for mode in ("loop", "vmap"):
+    for mode in modes:
         run = Run(RunConfig(**cfg, client_parallel=mode), dataset=ds)
         out[mode] = run.round
     shape = ds.input_shape
@@ -108,7 +111,8 @@ def runners(model, algo, ds, steps, device, augment):
 
 
 def measure(fns: dict, rounds: int, device) -> dict:
-    """Best-of-``rounds`` seconds and the peak memory per runner, interleaved (one warm-up round each)."""
+    """Best-of-``rounds`` seconds per runner, interleaved after one warm-up round each; then one more round each
+    for the peak memory (apart, so that trimming the heap does not slow the timed rounds)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     clock = time.perf_counter if device.type == "cuda" else time.process_time     # CPU: this process's seconds
     best = {k: float("inf") for k in fns}
@@ -117,13 +121,15 @@ def measure(fns: dict, rounds: int, device) -> dict:
         f()
     for _ in range(rounds):
         for k, f in fns.items():
-            with Peak(device) as p:
-                sync()
-                t0 = clock()
-                f()
-                sync()
-                best[k] = min(best[k], clock() - t0)
-            peak[k] = max(peak[k], p.mb)
+            sync()
+            t0 = clock()
+            f()
+            sync()
+            best[k] = min(best[k], clock() - t0)
+    for k, f in fns.items():
+        with Peak(device) as p:
+            f()
+        peak[k] = p.mb
     return {"s": best, "mb": peak}
 
 
@@ -143,6 +149,8 @@ def main(argv=None):
     p.add_argument("--steps", default=None, help="local steps per model, e.g. 'cnn=5,resnet18gn=1' (default: 50; "
                    "on CPU cnn=2, resnet18gn=1)")
     p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--modes", default="loop,vmap", help="our --client-parallel modes to time (vmap of a conv net on a "
+                   "CPU is slow; the table says 'not run' for a mode left out)")
     p.add_argument("--no-write", action="store_true", help="print the table only")
     a = p.parse_args(argv)
     device = resolve(a.device)
@@ -152,7 +160,7 @@ def main(argv=None):
         steps.update({k: int(v) for k, v in (s.split("=") for s in a.steps.split(","))})
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    head = (f"# {machine}, torch {torch.__version__}, {a.threads} thread(s), device {device}; 10 of {a.clients} "
+    head = (f"{machine}, torch {torch.__version__}, {a.threads} thread(s), device {device}; 10 of {a.clients} "
             f"clients x K local steps x batch 50, best of {a.rounds} interleaved rounds, evaluation excluded; "
             f"reference = benchmarks/reference_sim.py ({reference_doc()}); "
             + ("wall seconds" if device.type == "cuda" else "CPU seconds of this process (the machine is shared; "
@@ -166,12 +174,15 @@ def main(argv=None):
         ds = dataset(MODELS[model], a.clients, max(250, 50 * K // 5))
         P = sum(t.numel() for t in build_model(model, MODELS[model], 10).parameters())
         for algo in a.algos.split(","):
-            r = measure(runners(model, algo, ds, K, device, ds.augmentable), a.rounds, device)
+            modes = a.modes.split(",")
+            r = measure(runners(model, algo, ds, K, device, ds.augmentable, modes), a.rounds, device)
             s, mb = r["s"], r["mb"]
-            ours = min(s["loop"], s["vmap"])
+            sec = {m: f"{s[m]:.3f}" if m in s else "not run" for m in ("loop", "vmap")}
+            up = {m: f"{s['reference'] / s[m]:.2f}x" if m in s else "" for m in ("loop", "vmap")}
+            mem = " / ".join(f"{mb[m]:.0f}" if m in mb else "-" for m in ("reference", "loop", "vmap"))
+            ours = min(s[m] for m in modes)
             row = (f"| {model} | {P:,} | {algo} | {K}{'' if K == 50 else ' (of 50)'} | {s['reference']:.3f} | "
-                   f"{s['loop']:.3f} | {s['vmap']:.3f} | {10 * K / ours:.0f} | {s['reference'] / s['loop']:.2f}x | "
-                   f"{s['reference'] / s['vmap']:.2f}x | {mb['reference']:.0f} / {mb['loop']:.0f} / {mb['vmap']:.0f} |")
+                   f"{sec['loop']} | {sec['vmap']} | {10 * K / ours:.0f} | {up['loop']} | {up['vmap']} | {mem} |")
             rows.append(row)
             print(row, flush=True)
     if device.type != "cuda":
@@ -183,7 +194,8 @@ def main(argv=None):
 def write(head, rows, device):
     path = Path(__file__).resolve().parent / "RESULTS.md"
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    models = dict.fromkeys(r.split(" | ")[0][2:] for r in rows[2:] if not r.startswith("| GPU"))
+    models = dict.fromkeys(f"{c[0][2:]} K={c[3].split()[0]}" for c in (r.split(" | ") for r in rows[2:])
+                           if not c[0].startswith("| GPU"))
     title = f"{SECTION} ({'CUDA' if device.type == 'cuda' else 'CPU'}: {', '.join(models)})"
     block = f"{title}\n\n{head}\n\n" + "\n".join(rows) + "\n"
     pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)

@@ -9,7 +9,12 @@ A round, top to bottom:
         x   -= lr * (clip(d) + c x)                     in place; clients past their own K_i stay put
         algo.after_step(...); callbacks('step', ...)    FedALS synchronisation; probes watching local steps
     algo.client_end -> w = algo.aggregate -> algo.server_end; callbacks('round', ...)
-All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables.
+All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables (``Run.table``, on --state-device).
+
+The gradients of a step come from ``Run.grads``: ``--client-parallel loop`` takes one client after the other,
+``vmap`` all active clients in one ``torch.func.vmap(grad(...))`` call over their stacked parameters. Both read the
+round's minibatch table ``ctx.I`` (and augmentation draws ``ctx.aug``) drawn from the same per-client generators; a
+short batch is padded and its mean loss re-weighted, so the two modes agree to float rounding.
 """
 from __future__ import annotations
 
