@@ -21,11 +21,12 @@ def test_cli_fedcm_quick_writes_report(tmp_path):
     p = subprocess.run(cmd,
                        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert "| paper | claim | where | expected | measured | verdict |" in p.stdout
+    assert "| paper | claim | where | kind | expected | measured | regime | slack | seeds | verdict |" in p.stdout
     md, claims = (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
     assert md.startswith("# Theory checks: FedCM (quick)")
     assert len(claims) >= 10 and {c["paper"] for c in claims} == {"fedcm"}
     assert all(c["verdict"] in VERDICTS and c["measured"] and c["details"] for c in claims)
+    assert all(c["seeds"] == [0, 1, 2] and sum(c["tally"].values()) == 3 for c in claims)   # --quick: 3 seeds
     assert len({c["id"] for c in claims}) == len(claims)
     by_id = {c["id"]: c for c in claims}
     for key in ("L4.1-ema", "B.7-z-sgd", "K1-heavy-ball", "disp-closed-form", "fp-closed-form"):
