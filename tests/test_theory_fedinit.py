@@ -76,7 +76,10 @@ def test_lemma27_and_ri_amplification_step():
 def test_stability_worsens_with_beta_under_algorithm_1():
     bound, remark14, thm15 = fedinit.check_stability(T=40, pairs=6, C=10, S=20, d=5)
     assert bound.verdict == HOLDS                                          # beta = 0: inside Thm 12
-    assert remark14.verdict == VIOLATED and thm15.verdict == HOLDS          # note s6.2 M4: no improvement
+    assert remark14.verdict == OUTSIDE and thm15.verdict == OUTSIDE          # fixed beta > 0: neither applies
+    assert remark14.regime.startswith("outside") and "t <= " in remark14.regime
+    assert "interpolation" in thm15.regime
+    assert remark14.value > 0.01                                           # eps rises with beta all the same
     moved = fedinit.check_stability(T=10, pairs=2, C=10, S=20, d=5, betas=(0.1, 0.2))[0]
     assert moved.verdict == OUTSIDE                                        # constant beta > 0 breaks Thm 12
 

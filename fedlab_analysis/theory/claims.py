@@ -111,11 +111,18 @@ def loglog_slope(x, y) -> float:
 
 
 def loglog_fit(x, y, level: float = 0.95) -> tuple[float, float, float]:
-    """Least-squares slope of log y on log x and its ``level`` confidence interval (Student t on the
-    residuals; with two points the interval is the point itself)."""
+    """Least-squares slope of log y on log x and its ``level`` confidence interval. ``y`` [len(x)]: Student t
+    on the residuals (two points: no interval); ``y`` [len(x), R] (R independent replicates): the slope of
+    the replicate mean, with the Student-t interval of the R per-replicate slopes (Monte-Carlo error)."""
     import numpy as np
     from scipy import stats
-    x, y = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    x, y = np.log(np.asarray(x, float)), np.asarray(y, float)
+    if y.ndim == 2:
+        k = float(np.polyfit(x, np.log(y.mean(1)), 1)[0])
+        ks = np.polyfit(x, np.log(y), 1)[0]                       # one slope per replicate
+        h = float(stats.t.ppf(0.5 + level / 2, len(ks) - 1)) * float(ks.std(ddof=1)) / math.sqrt(len(ks))
+        return k, k - h, k + h
+    y = np.log(y)
     k, c = np.polyfit(x, y, 1)
     n = len(x)
     if n < 3:

@@ -1,4 +1,5 @@
-"""FedSMOO (Sun et al. 2023, papers/000; notes/seed_000 sections 2, 6, 7): its theorems checked on toys.
+"""FedSMOO (Sun et al. 2023, "Dynamic Regularized Sharpness Aware Minimization in Federated Learning:
+Approaching Global Consistency and Smooth Landscape"): its theorems checked on toys.
 
 One client-vectorised simulator runs Algorithm 1 (and FedAvg, FedSAM, FedDyn as its degenerate cases) over
 any ``ClientProblem``; leading batch dims of the start point run independent trajectories at once. Two
@@ -7,7 +8,7 @@ only) is the proof's idealisation (App. C.1, eq. 20): one corrected ascent (line
 sub-problem (13) solved in closed form with that perturbation, so the FOC lambda_i = grad f_i(w_i + s_hat_i)
 is exact.
 
-Conventions (notes/seed_000 section 8): alpha = 1; s^0 = 0; s_tilde_i = mu_i - s_hat of the LAST local step
+Conventions (where Alg. 1 is ambiguous): alpha = 1; s^0 = 0; s_tilde_i = mu_i - s_hat of the LAST local step
 (line 13's s_hat_{i,K}); the server perturbation averages the active clients (line 17) and is used in the
 next round; ``s_rule="code"`` uses FL-Simulator's s = r normalize(mean_S mu_i). Every ``check_<id>`` builds
 its toy from its arguments, measures, and computes its verdict with ``claims``.
@@ -20,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import HOLDS, INCONCLUSIVE, OUTSIDE, VIOLATED, Claim, bound, identity, loglog_slope, slope
+from .claims import (HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VIOLATED, Claim, bound, identity, loglog_fit,
+                     loglog_slope, rate, slack, slope)
 from .toys import DT, HeteroQuadratics, _mv, participation_mask, save_figure, spectrum_matrix
 from .toys_nonconvex import make_mlp_problem, make_sharp_flat
 
@@ -146,7 +148,7 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
 
 def feddyn_code(prob, *, T: int, K: int, eta: float, lamb: float, n_active: int | None = None, seed: int = 0,
                 w0: torch.Tensor | None = None) -> torch.Tensor:
-    """FedDyn as FL-Simulator writes it (notes/seed_000 section 2.8): local direction
+    """FedDyn as FL-Simulator writes it (the authors' FL-Simulator code): local direction
     g + lamb (x - w^t) + lamb h_i, h_i += Delta_i, w^{t+1} = mean_S w_i + mean_[m] h_i. Returns w [T+1, d]."""
     m, d = prob.n, prob.d
     w = torch.zeros(d, dtype=DT) if w0 is None else torch.as_tensor(w0, dtype=DT).clone()
@@ -196,9 +198,9 @@ def zeta_threshold(n: int, m: int) -> float:
     return lo
 
 
-def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None) -> Claim:
+def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None, **kw) -> Claim:
     return Claim(PAPER, id, claim, where, expected, measured, verdict,
-                 None if value is None else float(value), details, figure)
+                 None if value is None else float(value), details, figure, **kw)
 
 
 def _gn2(prob, x):
@@ -225,7 +227,7 @@ def check_dual_identities(m=20, n_active=15, d=10, T=40, K=10, eta=0.05, beta=10
                   "Alg. 1 lines 14, 18-19; eq. (21)", "relative error <= 1e-10 every round",
                   f"max rel. error {e_a:.1e} (dual mean), {e_b:.1e} (eq. 21)", identity(err), err,
                   {"m": m, "n_active": n_active, "T": T, "K": K, "eta": eta, "beta": beta, "r": r,
-                   "err_dual_mean": e_a, "err_eq21": e_b})
+                   "err_dual_mean": e_a, "err_eq21": e_b}, kind=SANITY)
 
 
 def check_r0_is_feddyn(m=20, n_active=10, d=10, T=60, K=10, eta=0.05, beta=10.0, seed=0) -> Claim:
@@ -235,10 +237,10 @@ def check_r0_is_feddyn(m=20, n_active=10, d=10, T=60, K=10, eta=0.05, beta=10.0,
     b = feddyn_code(prob, T=T, K=K, eta=eta, lamb=1 / beta, n_active=n_active, seed=seed)
     err = float((a - b).abs().max() / b.abs().max())
     return _claim("T3-r0-feddyn", "FedSMOO with r = 0 is FedDyn (alpha_FedDyn = 1/beta)",
-                  "notes s2.5 degenerate cases; Remark 4.3", "trajectories equal to <= 1e-10",
+                  "Alg. 1 with r = 0; Remark 4.3", "trajectories equal to <= 1e-10",
                   f"max rel. difference {err:.1e} over {T} rounds", identity(err), err,
                   {"m": m, "n_active": n_active, "T": T, "K": K, "eta": eta, "beta": beta,
-                   "reference": "FedDyn in code form: h_i += Delta_i, w = mean_S w_i + mean_[m] h_i"})
+                   "reference": "FedDyn in code form: h_i += Delta_i, w = mean_S w_i + mean_[m] h_i"}, kind=SANITY)
 
 
 def check_foc(m=20, d=10, T=40, beta=0.5, r=0.1, Ks=(10, 40, 160), eta=0.02, sgd_T=20, seed=0) -> Claim:
@@ -264,7 +266,8 @@ def check_foc(m=20, d=10, T=40, beta=0.5, r=0.1, Ks=(10, 40, 160), eta=0.02, sgd
                   + ", ".join(f"{x:.2g}" for x in resid), identity(err), err,
                   {"m": m, "T": T, "beta": beta, "r": r, "err_foc": e_foc, "err_C4": e_c4, "sgd_Ks": list(Ks),
                    "sgd_eta": eta, "sgd_T": sgd_T, "sgd_final_rel_residual": resid,
-                   "note": "with K SGD steps the perturbation moves every step: the FOC holds approximately"})
+                   "note": "with K SGD steps the perturbation moves every step: the FOC holds approximately"},
+                  kind=SANITY)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -313,7 +316,7 @@ def check_lemmas(m=20, d=10, T=200, betaL=0.2, r=0.1, sgd_K=10, sgd_eta=0.02, se
                                              "- b/2 ||grad f(w_bar^t)||^2"), True)):
         out.append(_claim(cid, text, where, "holds every round (exact local solves)",
                           f"max (LHS-RHS)/(|LHS|+|RHS|) = {ex[key]:.2g}; SGD K={sgd_K}: {sg[key]:.2g}",
-                          bound(ex[key], 0.0, reg), ex[key], base))
+                          bound(ex[key], 0.0, reg), ex[key], base, slack=(1 - ex[key]) / (1 + ex[key]) if ex[key] > -1 else math.inf))
     return out
 
 
@@ -361,7 +364,7 @@ def check_beta_region(m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T
     ok = [b_ for b_, c in zip(betaLs, conv) if c]
     ok_sgd = [b_ for b_, x in zip(betaLs, rate["sgd"]) if x < 1]
     return _claim("beta-region", "inside the proven beta region the method converges (sufficient condition)",
-                  "Thm 4.1; notes s6.4 / T5", f"converges for beta L < {thr:.3f}",
+                  "Thm 4.1 (beta condition)", f"converges for beta L < {thr:.3f}",
                   f"exact solves converge for betaL in {ok}; SGD (eta={sgd_eta}, K={sgd_K}) only for "
                   f"{ok_sgd}",
                   INCONCLUSIVE if not inside else HOLDS if all(inside) else VIOLATED, max(ok, default=None),
@@ -386,7 +389,7 @@ def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0
     exact = res["FedDyn"][0] < 1e-6 and res["FedDyn"][1] < 1e-3
     floor = min(res["FedAvg"][0], res["FedSAM"][0]) > 100 * max(res["FedDyn"][0], 1e-12)
     return _claim("T1-exactness", "dynamic regularisation removes the client-drift floor",
-                  "Remark 4.3; notes T1 / claim 10",
+                  "Remark 4.3",
                   "FedDyn = FedSMOO(r=0): f-f* -> 0, consensus -> 0; FedAvg/FedSAM: floor",
                   "; ".join(f"{k}: f-f*={v[0]:.2g}, cons={v[1]:.2g}" for k, v in res.items()),
                   HOLDS if exact and floor else VIOLATED, res["FedDyn"][0],
@@ -429,7 +432,7 @@ def check_r2_floor(m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T
            "floor_fgap_exact": gap,
            "sgd": {"beta": sgd_beta, "T": sgd_T, "floor_g2": g2s, "floor_fgap": gaps}}
     return [_claim("T1-r2-floor", "fixed r leaves a stationarity floor proportional to r^2",
-                   "eq. (31) r^2 term; T1", "log-log slope 2 in r",
+                   "eq. (31) r^2 term", "log-log slope 2 in r",
                    f"slope {k_in:.3f} (exact, in regime); SGD beta={sgd_beta}: {k_sgd:.3f} "
                    f"(f-f*: {k_gap:.3f})",
                    slope(k_in, 2.0, 0.1, pc["in_regime"]), k_in, det, fig),
@@ -437,7 +440,7 @@ def check_r2_floor(m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T
                    "App. C.1 eq. (31)", "floor / ((1+30pb) b^2 L^2 r^2) <= 1",
                    f"max ratio {ratio:.3g} (coef {coef:.3g}; with the beta^1 fix {coef_fix:.3g})",
                    bound(ratio, 1.0, pc["in_regime"]), ratio,
-                   {**det, "coef_printed": coef, "coef_beta1": coef_fix}, fig)]
+                   {**det, "coef_printed": coef, "coef_beta1": coef_fix}, fig, slack=slack(ratio, 1.0))]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -467,13 +470,17 @@ def check_thm41(m=20, n_active=None, d=10, Ts=(400, 800, 1600, 3200), r0=0.5, ze
     prob = make_toy(m, d, *eig, seed=seed)
     n = m if n_active is None else n_active
     beta = zeta_frac * zeta_threshold(m, m) / prob.L
-    rows = []
+    rows, ctl_lhs = [], []
     for T in Ts:
         r = r0 / math.sqrt(n * T)
         tr = simulate(prob, T=T, beta=beta, r=r, local="exact", n_active=n_active, seed=seed)
         rows.append(thm41_terms(prob, tr, beta, r, n, T))
+        r_fix = r0 / math.sqrt(n * Ts[0])              # control: r held at its T0 value, outside the schedule
+        tr = simulate(prob, T=T, beta=beta, r=r_fix, local="exact", n_active=n_active, seed=seed)
+        ctl_lhs.append(thm41_terms(prob, tr, beta, r_fix, n, T)["lhs"])
     lhs = [x["lhs"] for x in rows]
-    k = loglog_slope(Ts, lhs)
+    fit, ctl = loglog_fit(Ts, lhs), loglog_fit(Ts, ctl_lhs)
+    k = fit[0]
     reg = rows[0]["in_regime"]
     w14, w31 = (max(x["lhs"] / x[key] for x in rows) for key in ("rhs14", "rhs31"))
     det = {"m": m, "n": n, "eig": list(eig), "beta": beta, "betaL": beta * prob.L, "L": prob.L, "r0": r0,
@@ -487,9 +494,14 @@ def check_thm41(m=20, n_active=None, d=10, Ts=(400, 800, 1600, 3200), r0=0.5, ze
             "not evaluated: " + ", ".join(c for c, ok in rows[0]["conds"].items() if not ok) + " fails")
     return [_claim("thm41-bound", "Theorem 4.1 bound (14)/(31) with measured constants",
                    "Thm 4.1 eq. (14); App. C.1 eq. (31)", "LHS <= RHS for every T", meas,
-                   bound(w14, 1.0) if reg else OUTSIDE, w14 if reg else None, det, fig),
-            _claim("thm41-rate", "O(1/T) with r ~ 1/sqrt(nT)", "Thm 4.1; Remark 4.2", "log-log slope -1",
-                   f"slope {k:.3f} over T={list(Ts)}", slope(k, -1.0, 0.15, reg), k, det, fig)]
+                   bound(w14, 1.0) if reg else OUTSIDE, w14 if reg else None, det, fig,
+                   slack=slack(w14, 1.0) if reg else None),
+            _claim("thm41-rate", "O(1/T) with r ~ 1/sqrt(nT)", "Thm 4.1; Remark 4.2",
+                   "log-log slope -1 (95% interval +- 0.15) with r_T = r0/sqrt(nT); a fixed r must not pass",
+                   f"slope {k:.3f} [{fit[1]:.3f}, {fit[2]:.3f}] over T={list(Ts)}; fixed r = r_T at "
+                   f"T={Ts[0]}: slope {ctl[0]:.3f}",
+                   (rate(fit, -1.0, 0.15, reg) if rate(ctl, -1.0, 0.15, reg) != HOLDS else INCONCLUSIVE), k,
+                   {**det, "fit_95": fit, "control_fixed_r_fit_95": ctl}, fig)]
 
 
 def check_partial_participation(m=20, n_active=5, d=10, T=700, K=10, eta=0.05, beta=2.0, r=0.05,
@@ -504,7 +516,7 @@ def check_partial_participation(m=20, n_active=5, d=10, T=700, K=10, eta=0.05, b
     res["FedAvg"] = gap(simulate(prob, method="fedavg", **kw))[0]
     coef = (2 * m - 2 * n_active) / n_active
     return _claim("partial-participation", "convergence under partial participation (Thm 4.1: any n)",
-                  "Thm 4.1; Lemma C.6 (25); notes s6.4 item 1", "proof needs n > 2m/3",
+                  "Thm 4.1; Lemma C.6 (25)", "proof needs n > 2m/3",
                   f"n={n_active}/{m} ((25) delta coef {coef:g}): "
                   + ", ".join(f"{k} f-f*={v:.2g}" for k, v in res.items()),
                   OUTSIDE if 3 * n_active <= 2 * m else HOLDS if res["FedSMOO"] < 1e-2 else VIOLATED,
@@ -516,14 +528,16 @@ def check_partial_participation(m=20, n_active=5, d=10, T=700, K=10, eta=0.05, b
 # T6 mechanism and T7 flatness
 # ---------------------------------------------------------------------------------------------------
 def check_mechanism(m=20, d=10, T=150, K=10, eta=0.05, beta=2.0, r=0.1, margin=0.05, tail=0.2, seed=0,
-                    out_dir=None) -> list[Claim]:
+                    Ks=(5, 10, 20, 40), out_dir=None) -> list[Claim]:
     """T6 / claim 12 and the constraint s_i = s of eq. (8), with Alg. 1's local SGD:
     (1) FedSMOO's corrected local perturbation follows the global SAM direction grad f(w_{i,k}) better than
     FedSAM's local one (mean cosine over rounds, steps, active clients; ``margin`` decides);
     (2) the server perturbation s^t points along grad f(w^t) once converged (tail mean cosine > 0.9 holds,
     < 0.5 is a violation);
-    (3) the local perturbations agree with s: tail mean ||s_hat_{i,k} - s^t|| / r below 0.25 holds, above
-    0.75 is a violation."""
+    (3) the local perturbations agree with s, as the augmented Lagrangian's constraint s_i = s promises at the
+    solution of the local problem: the end-of-round violation ||s_hat_{i,K-1} - s^t|| / r (tail rounds) must
+    fall as the local solve gets longer, K in ``Ks`` at fixed eta: strictly decreasing in K holds, strictly
+    increasing is a violation, anything else is inconclusive. No threshold on one K's value."""
     prob = make_toy(m, d, seed=seed)
     tr = {meth: simulate(prob, method=meth, T=T, K=K, eta=eta, beta=beta, r=r, seed=seed, probe_cos=True)
           for meth in ("fedsmoo", "fedsam")}
@@ -533,45 +547,64 @@ def check_mechanism(m=20, d=10, T=150, K=10, eta=0.05, beta=2.0, r=0.1, margin=0
     flip = float(cos(sm["s"][2:], sm["s"][1:-1])[-k0:].mean())
     c_tail, cons_k = float(c_srv[-k0:].mean()), sm["cons"][-k0:].mean(0)
     cons = float(cons_k.mean())
+    end = []                                   # [len(Ks), tail rounds]: violation at the last local step
+    for Kc in Ks:
+        c = sm["cons"] if Kc == K else simulate(prob, method="fedsmoo", T=T, K=Kc, eta=eta, beta=beta, r=r,
+                                                  seed=seed, probe_cos=True)["cons"]
+        end.append(c[-k0:, -1].reshape(k0, -1).mean(-1).numpy())
+    fit = loglog_fit(Ks, np.stack(end))
+    steps = np.diff([float(e.mean()) for e in end])
+    trend = HOLDS if (steps < 0).all() else VIOLATED if (steps > 0).all() else INCONCLUSIVE
     det = {"m": m, "T": T, "K": K, "eta": eta, "beta": beta, "r": r, "tail_rounds": k0, "cos_local": cs,
            "cos_server_mean": float(c_srv.mean()), "cos_server_tail": c_tail, "cos(s^{t+1}, s^t)_tail": flip,
-           "constraint_violation_by_step": cons_k.tolist(), "margin": margin}
+           "constraint_violation_by_step": cons_k.tolist(), "margin": margin, "Ks": list(Ks),
+           "end_of_round_violation_by_K": [float(e.mean()) for e in end], "fit_95": fit}
     fig = save_figure(out_dir, f"{PAPER}_T6-consistency.png",
                       {"||s_hat_ik - s|| / r (tail)": (list(range(K)), cons_k.tolist())},
                       xlabel="local step k", ylabel="constraint violation", logx=False, logy=False,
                       title=f"FedSMOO, beta={beta}, r={r}")
     diff = cs["fedsmoo"] - cs["fedsam"]
     return [_claim("T6-local-alignment", "FedSMOO's local perturbation is nearer the global SAM direction",
-                   "Sec. 3.2-3.3, eq. (10); notes T6 / claim 12",
+                   "Sec. 3.2-3.3, eq. (10)",
                    "mean cos(s_hat_i, grad f): FedSMOO > FedSAM",
                    f"FedSMOO {cs['fedsmoo']:.3f}, FedSAM {cs['fedsam']:.3f}", judge(diff, margin, -margin),
                    diff, det),
             _claim("T6-server-alignment", "the server perturbation s estimates the global SAM direction",
-                   "eq. (11); Alg. 1 line 17; notes T6", "cos(s^t, grad f(w^t)) ~ 1 once converged",
+                   "eq. (11); Alg. 1 line 17", "cos(s^t, grad f(w^t)) ~ 1 once converged",
                    f"tail cos {c_tail:.3f} (trajectory mean {float(c_srv.mean()):.3f}); "
                    f"cos(s^(t+1), s^t) = {flip:.3f}", judge(c_tail, 0.9, 0.5), c_tail, det),
             _claim("T6-consistency", "local perturbations agree with the global one (constraint s_i = s)",
-                   "eqs. (8)-(11)", "||s_hat_i - s|| / r -> 0",
-                   f"tail mean {cons:.3f}; at k=0 {float(cons_k[0]):.3f}, at k=K-1 {float(cons_k[-1]):.3f}",
-                   judge(-cons, -0.25, -0.75), cons, det, fig)]
+                   "eqs. (8)-(11)", "||s_hat_i,K-1 - s|| / r decreasing in K (a longer local solve)",
+                   "end-of-round violation " + ", ".join(f"K={k_}: {float(e.mean()):.3f}" for k_, e in zip(Ks, end))
+                   + f"; slope {fit[0]:.2f} [{fit[1]:.2f}, {fit[2]:.2f}]; within a round (K={K}) "
+                   f"{float(cons_k[0]):.3f} at k=0 -> {float(cons_k[-1]):.3f} at k=K-1",
+                   trend, fit[0], det, fig)]
 
 
 def flatness_runs(prob, methods: dict, *, R: int, lo: float, hi: float, **kw) -> dict:
-    """Run each method from R start points (an even grid on the first axis) and measure, at the final global
-    model, the exact top Hessian eigenvalue of f and the fraction that ends in the flat basin."""
+    """Run each method from R start points (an even grid on the first axis) and measure the flatness of the
+    minimum each run selects: the exact top Hessian eigenvalue of f at the minimum of the basin its final
+    global model lies in (not at the final iterate, which need not have converged; its eigenvalue and its
+    distance to that minimum are kept as diagnostics), and the fraction that ends in the flat basin."""
     w0 = torch.zeros(R, prob.d, dtype=DT)
     w0[:, 0] = torch.linspace(lo, hi, R, dtype=DT)
+    lam = {k: float(prob.lam_max(x)) for k, x in prob.minima.items()}
     out = {}
     for name, (sim, args) in methods.items():
         wT = sim(prob, w0=w0, **{**kw, **args})["w"][-1]
-        out[name] = {"lam_max": float(prob.lam_max(wT).mean()),
-                     "flat_frac": float(prob.basin(wT).double().mean()),
+        flat = prob.basin(wT)
+        dist = torch.where(flat, (wT - prob.minima["flat"]).norm(dim=-1), (wT - prob.minima["sharp"]).norm(dim=-1))
+        out[name] = {"lam_max": float(torch.where(flat, lam["flat"], lam["sharp"]).mean()),
+                     "flat_frac": float(flat.double().mean()),
+                     "lam_max_final_iterate": float(prob.lam_max(wT).mean()),
+                     "dist_to_selected_min": float(dist.mean()),
                      "f_gap": float((prob.f(wT) - prob.f_star).mean())}
     return out
 
 
 def flatness_text(res: dict) -> str:
-    return "; ".join(f"{k}: lam_max {v['lam_max']:.3g}, flat {v['flat_frac']:.2f}" for k, v in res.items())
+    return ("lam_max at the selected minimum: " + "; ".join(f"{k} {v['lam_max']:.3g} (flat basin {v['flat_frac']:.2f})"
+                                                            for k, v in res.items()))
 
 
 def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, K=10, eta=0.01, beta=10.0, r=0.2, rel_margin=0.05,
@@ -584,7 +617,7 @@ def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, K=10, eta=0.01, beta=
     a, b = res["fedsmoo"]["lam_max"], res["fedsam"]["lam_max"]
     rel = (b - a) / b
     return _claim("T7-flatness", "FedSMOO finds flatter global minima than FedSAM",
-                  "Fig. 1; Table 2; notes T7(a)", "lambda_max(FedSMOO) < lambda_max(FedSAM)",
+                  "Fig. 1; Table 2", "lambda_max(FedSMOO) < lambda_max(FedSAM)",
                   flatness_text(res),
                   judge(rel, rel_margin, -rel_margin), rel,
                   {"toy": "SharpFlat 1-D", "n": n, "het": het, "spread": spread, "R": R, "T": T, "K": K,
@@ -632,7 +665,8 @@ def check_mlp(n=10, T=60, K=10, eta=0.1, beta=10.0, r=0.05, dir_alpha=0.3, width
                    f"FedSMOO: {a['test_err_s']:.3f} <= {a['margin_loss_s']:.3f} + "
                    f"{a['bound'] - a['margin_loss_s']:.3g} (V_L {a['V_L']:.3g}; FedSAM V_L {b['V_L']:.3g})",
                    INCONCLUSIVE if vac else bound(a["test_err_s"], a["bound"]), a["bound"],
-                   {**det, "vacuous": vac, "note": "a bound >= 1 on an error rate cannot be falsified"})]
+                   {**det, "vacuous": vac, "note": "a bound >= 1 on an error rate cannot be falsified"},
+                   slack=slack(a["test_err_s"], a["bound"]))]
 
 
 def pac_bayes_margin(prob, w, s, eps: float, conf: float) -> dict:
@@ -670,9 +704,9 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
         claims += check_thm41(seed=seed, Ts=(400, 800, 1600) if quick else (400, 800, 1600, 3200, 6400),
                               out_dir=out_dir)
         claims.append(check_partial_participation(seed=seed, T=300 if quick else 700))
-        claims += check_mechanism(seed=seed, out_dir=out_dir)
+        claims += check_mechanism(seed=seed, out_dir=out_dir, Ks=(5, 10, 20) if quick else (5, 10, 20, 40))
         claims.append(check_flatness(seed=seed, R=16 if quick else 64))
-        claims += check_mlp(seeds=(seed, seed + 1) if quick else tuple(range(seed, seed + 5)))
+        claims += check_mlp(seeds=(seed,))         # one problem per seed; over_seeds folds the seeds
     finally:
         torch.set_num_threads(threads)
     return claims

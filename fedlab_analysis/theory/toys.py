@@ -4,13 +4,13 @@ Every family is a set of n client objectives f_i on R^d with uniform weights, f 
 Shapes: a per-client point table ``W`` is ``[..., n, d]`` (any leading batch dims: trials, sweeps);
 a global point ``x`` is ``[..., d]``. One tensor program, no loop over clients.
 
-Families (the notes' toy recipes):
+Families:
 - ``HeteroQuadratics(A, b)``: f_i(x) = 1/2 (x - b_i)^T A_i (x - b_i). Shared Hessian (FedCM T1,
-  FedInit M1/M2) or distinct Hessians (FedCM T2, FedInit M3). seed_002 section 6.1, seed_004 section 6.2.
+  FedInit M1/M2) or distinct Hessians (FedCM T2, FedInit M3).
 - ``LeastSquares(X, y, lam)``: f_i(w) = 1/(2m) ||X_i w - y_i||^2 + lam/2 ||w||^2, minibatch gradients,
-  and with ``make_regression`` a closed-form population risk (seed_003 section 5, seed_004 section 6.1).
+  and with ``make_regression`` a closed-form population risk.
 - ``Logistic(X, y, lam)``: binary logistic regression on Dirichlet label-skewed clients with label noise
-  (non-separable, so x* exists); the only family where FedCM's A2/A3/A5 hold globally (seed_002 T3).
+  (non-separable, so x* exists); the only family where FedCM's A2/A3/A5 hold globally.
 
 Constants: ``L`` (max client smoothness), ``mu`` (min client strong convexity), ``mu_f`` (of f),
 ``x_star``/``f_star``, ``sigma_g2(x)`` = (1/n) sum_i ||grad f_i(x) - grad f(x)||^2 (A5 at x), and
@@ -195,7 +195,7 @@ class LeastSquares(HeteroQuadratics):
 
 class RegressionTask:
     """Client k: x ~ N(m_k, s_k^2 I), y = x^T w_k + N(0, noise^2). Population risk, closed form:
-    F_k(w) = 1/2 (w - w_k)^T (s_k^2 I + m_k m_k^T) (w - w_k) + noise^2/2 (seed_003 section 5)."""
+    F_k(w) = 1/2 (w - w_k)^T (s_k^2 I + m_k m_k^T) (w - w_k) + noise^2/2."""
 
     def __init__(self, means, scales, w_true, noise: float):
         self.means, self.scales, self.w_true, self.noise = _t(means), _t(scales), _t(w_true), float(noise)
