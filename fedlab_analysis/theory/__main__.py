@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from . import untested
 from .claims import counts, over_seeds, to_markdown, write_report
 
 PAPERS = ("fedsmoo", "fedlesam", "fedcm", "fedals", "fedinit")
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         claims += over_seeds(mod.run, list(range(args.seed, args.seed + n_seeds)), quick=args.quick, out_dir=out)
+        claims += untested.rows(paper)
         times[paper] = time.perf_counter() - t0
     print(to_markdown(claims))
     print(f"{len(claims)} claims over {n_seeds} seeds: {counts(claims)}")

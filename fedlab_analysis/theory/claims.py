@@ -68,7 +68,7 @@ class Claim:
     def outcome(self) -> str:
         """``holds in 5/5``, ``mixed: holds 3/5, violated 2/5`` (a single run: the verdict)."""
         n = sum(self.tally.values())
-        if not n:
+        if not n or self.verdict == NOT_CHECKED:
             return self.verdict
         parts = ", ".join(f"{v} {k}/{n}" for v, k in sorted(self.tally.items(), key=lambda kv: -kv[1]))
         return f"{self.verdict} in {n}/{n}" if len(self.tally) == 1 else f"mixed: {parts}"
@@ -212,6 +212,8 @@ def _slack_cell(c: Claim) -> str:
 
 
 def _seeds_cell(c: Claim) -> str:
+    if c.verdict == NOT_CHECKED:
+        return ""
     n = sum(c.tally.values()) if c.tally else 1
     v = (c.spread or {}).get("value")
     span = f"; value {_g(v[0])}..{_g(v[1])}" if v and n > 1 and v[0] != v[1] else ""
@@ -234,10 +236,12 @@ def counts(claims: list[Claim]) -> str:
     """``40 holds, 3 violated, ...`` over findings, then the sanity checks and observations apart."""
     out = []
     for kind in KINDS:
-        sub = [c for c in claims if c.kind == kind]
+        sub = [c for c in claims if c.kind == kind and c.verdict != NOT_CHECKED]
         if sub:
             per = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(c.verdict == v for c in sub)))
             out.append(f"{len(sub)} {kind}s: {per}")
+    if n := sum(c.verdict == NOT_CHECKED for c in claims):
+        out.append(f"{n} claims not checked (reason in the row)")
     return "; ".join(out)
 
 

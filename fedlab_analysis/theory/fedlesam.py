@@ -22,6 +22,7 @@ import torch
 from .claims import (HOLDS, OBSERVATION, SANITY, VIOLATED, Claim, bound, identity, loglog_fit, loglog_slope,
                      rate, slack)
 from .fedsmoo import active_masks, cos, flatness_runs, flatness_text, judge, per_run, unit
+from .engine_toys import make_run
 from .toys import DT, make_quadratics, save_figure
 from .toys_nonconvex import make_sharp_flat
 
@@ -486,6 +487,50 @@ def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, E=10, eta_l=0.01, rho
 
 
 # ---------------------------------------------------------------------------------------------------
+# cost and communication bookkeeping, on the trainer's own algorithms
+# ---------------------------------------------------------------------------------------------------
+TABLE5 = {  # Table 5 (CIFAR10, Dir 0.1): (round ratio, cost ratio) to reach 68% and 74%, relative to FedAvg
+    "fedsam": ((1.02, 1.02), (0.83, 0.83)), "mofedsam": ((0.47, 0.94), (0.51, 1.02)),
+    "fedgamma": ((0.76, 1.51), (0.44, 0.89)), "fedsmoo": ((0.51, 1.02), (0.29, 0.58)),
+    "fedlesam-s": ((0.57, 1.14), (0.38, 0.77)), "fedlesam-d": ((0.46, 0.92), (0.31, 0.60))}
+
+
+def check_cost_and_comm(n=6, d=4, K=3, seed=0) -> list[Claim]:
+    """Sec. 4 / Table 5: FedLESAM needs one gradient per local step (FedSAM two), counted on the trainer's
+    engine; and Table 5's communication costs are its rounds times a per-round multiplier of 1 or 2 (each
+    ratio printed to two decimals: the multiplier's interval from that rounding must contain 1 or 2). The
+    trainer's own per-round floats (down + up, relative to FedAvg) are reported beside the table's."""
+    prob = make_quadratics(n, d, shared=False, seed=seed)
+    grads, mult = {}, {}
+    for a in ("fedavg", "fedsam", "fedlesam", *TABLE5):
+        run = make_run(prob, a, K=K, lr=0.05, x0=prob.x_star + 1.0, seed=seed)
+        ctx = run.round()
+        grads[a] = run.n_grads / (K * ctx.n)
+        c = run.algo.comm(run, ctx)
+        mult[a] = c["floats_down"] + c["floats_up"]
+    mult = {a: v / mult["fedavg"] for a, v in mult.items()}
+    table, ok = {}, True
+    for a, rows in TABLE5.items():
+        iv = [((c - 0.005) / (r + 0.005), (c + 0.005) / (r - 0.005)) for r, c in rows]
+        k = [next((m for m in (1, 2) if lo <= m <= hi), None) for lo, hi in iv]
+        table[a] = {"intervals": iv, "multiplier": k[0] if len(set(k)) == 1 else None}
+        ok &= table[a]["multiplier"] is not None
+    det = {"grads_per_step": grads, "trainer_multiplier": mult, "table5": table, "K": K, "n": n}
+    cost = _claim("cost-grads", "FedLESAM costs one forward/backward per local step, FedSAM two",
+                  "Sec. 4.1; Table 5 (compute time)", "gradients per client-step: FedLESAM 1, FedSAM 2",
+                  ", ".join(f"{a} {grads[a]:g}" for a in ("fedavg", "fedsam", "fedlesam")) + " on the trainer",
+                  HOLDS if grads["fedlesam"] == 1 and grads["fedsam"] == 2 else VIOLATED, grads["fedlesam"], det)
+    diff = {a: (table[a]["multiplier"], mult[a]) for a in TABLE5 if table[a]["multiplier"] != mult[a]}
+    comm = _claim("comm-bookkeeping", "Table 5's communication cost = rounds x a per-round multiplier of 1 or 2",
+                  "Table 5", "cost ratio / round ratio in {1, 2}, the same at 68% and 74%",
+                  "table multipliers " + ", ".join(f"{a} {v['multiplier']}" for a, v in table.items())
+                  + "; the trainer's per-round floats differ for "
+                  + (", ".join(f"{a} ({k} vs {m:g})" for a, (k, m) in diff.items()) or "none"),
+                  HOLDS if ok else VIOLATED, len(diff), det)
+    return [cost, comm]
+
+
+# ---------------------------------------------------------------------------------------------------
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
     """Every check; ``quick`` shortens only sweeps whose verdicts do not depend on their length."""
     threads = torch.get_num_threads()
@@ -501,6 +546,7 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
         claims += check_estimator(seed=seed, out_dir=out_dir)
         claims.append(check_pd(seed=seed))
         claims.append(check_flatness(seed=seed, R=16 if quick else 64))
+        claims += check_cost_and_comm(seed=seed)
     finally:
         torch.set_num_threads(threads)
     return claims

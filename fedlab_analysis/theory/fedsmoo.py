@@ -689,6 +689,28 @@ def pac_bayes_margin(prob, w, s, eps: float, conf: float) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
+def check_partition_std(draws=10, m=100, alpha=0.1, target=829.14, seed=0) -> Claim:
+    """Fig. 2 (caption): Dirichlet-0.1 sampling WITH replacement of CIFAR-10's 50,000 labels (5,000 per class)
+    over m = 100 clients gives per-class totals whose standard deviation "approaches 829.14"; without
+    replacement it is 0. Uses the trainer's own partitioner on CIFAR-10's label vector (no images needed):
+    the target must lie inside the range of ``draws`` partitions."""
+    from ..data import partition
+    labels = np.repeat(np.arange(10), 5000)
+    std = []
+    for j in range(draws):
+        p = partition("dirichlet", labels, m, 10, seed * 1000 + j, alpha=alpha, replacement=True)
+        std.append(float(np.asarray(p.counts).sum(0).std()))
+    p0 = partition("dirichlet", labels, m, 10, seed * 1000, alpha=alpha, replacement=False)
+    std0 = float(np.asarray(p0.counts).sum(0).std())
+    inside = min(std) <= target <= max(std)
+    return _claim("fig2-partition-std", "with-replacement Dir-0.1 split of CIFAR-10 over 100 clients: per-class "
+                  "totals have std ~ 829", "Sec. 5 / Fig. 2 caption", f"{target} inside the range of {draws} draws; "
+                  "0 without replacement", f"std {min(std):.0f}..{max(std):.0f} (median {np.median(std):.0f}); "
+                  f"without replacement {std0:.0f}", HOLDS if inside and std0 == 0 else VIOLATED,
+                  float(np.median(std)), {"draws": draws, "stds": std, "std_without_replacement": std0,
+                                          "m": m, "alpha": alpha, "target": target})
+
+
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
     """Every check; ``quick`` shortens only sweeps whose verdicts do not depend on their length."""
     threads = torch.get_num_threads()
@@ -706,6 +728,7 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
         claims.append(check_partial_participation(seed=seed, T=300 if quick else 700))
         claims += check_mechanism(seed=seed, out_dir=out_dir, Ks=(5, 10, 20) if quick else (5, 10, 20, 40))
         claims.append(check_flatness(seed=seed, R=16 if quick else 64))
+        claims.append(check_partition_std(seed=seed, draws=5 if quick else 10))
         claims += check_mlp(seeds=(seed,))         # one problem per seed; over_seeds folds the seeds
     finally:
         torch.set_num_threads(threads)
