@@ -350,19 +350,27 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     from pathlib import Path
 
     from matplotlib.figure import Figure             # no pyplot: never switches the caller's backend
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(4.6, 3.4))
+    fig = Figure(figsize=(5.0, 4.0), layout="constrained")
     ax = fig.subplots()
+    xs = set()
     for label, (x, y) in series.items():
         ax.plot(np.asarray(x, float), np.asarray(y, float), "o-", ms=3, label=label)
+        xs.update(np.asarray(x, float).tolist())
     if ref is not None:
         k, x, y = ref
         x = np.asarray(x, float)
         line = y[0] * (x / x[0]) ** k if logx else y[0] + k * (x - x[0])
         ax.plot(x, line, "k--", lw=1, label=f"slope {k:g}")
-    ax.set(xscale="log" if logx else "linear", yscale="log" if logy else "linear",
-           xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set(xscale="log" if logx else "linear", yscale="log" if logy else "linear", xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+    if logx and len(xs) <= 8:                        # label the measured x values, nothing in between
+        ax.xaxis.set_major_locator(FixedLocator(sorted(xs)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{v:g}" for v in sorted(xs)], fontsize=8)
+    elif logx:
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.savefig(Path(out_dir) / name, dpi=110)
     return name
