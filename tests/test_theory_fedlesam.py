@@ -139,3 +139,17 @@ def test_estimator_and_flatness():
     c = F.check_flatness()
     assert c.verdict == INCONCLUSIVE                                    # ~ FedAvg's curvature on this toy
     assert c.details["relative_gain_vs_fedsam"] > 0.05                    # but flatter than FedSAM
+
+
+def test_cost_counted_on_the_trainer_and_table5_arithmetic():
+    cost, comm = F.check_cost_and_comm(n=3, d=2, K=2)
+    assert cost.verdict == HOLDS and cost.details["grads_per_step"]["fedsam"] == 2
+    t5 = comm.details["table5"]
+    assert t5["fedsmoo"]["multiplier"] == 2 and t5["fedsam"]["multiplier"] == 1
+    assert t5["fedlesam-d"]["multiplier"] is None and comm.verdict == VIOLATED   # 0.60/0.31 is not 2 (nor 1)
+
+
+def test_thm1_delta_is_an_observation_not_the_bound():
+    cl = {c.id: c for c in F.check_thm1(Ts=(100, 200))}
+    assert cl["thm1-delta"].kind == "observation" and cl["thm1-fedlesam"].kind == "finding"
+    assert cl["thm1-fedlesam"].slack == pytest.approx(1 / cl["thm1-fedlesam"].value)

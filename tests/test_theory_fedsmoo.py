@@ -121,10 +121,12 @@ def test_exactness_and_partial_participation():
 
 
 def test_mechanism_period_two_server_perturbation():
-    loc, srv, cons = F.check_mechanism(T=150)
+    loc, srv, cons = F.check_mechanism(T=150, Ks=(5, 10))
     assert loc.verdict == HOLDS                                          # FedSMOO > FedSAM alignment
     assert srv.details["cos(s^{t+1}, s^t)_tail"] < -0.99                 # s flips sign every round
     assert cons.details["constraint_violation_by_step"][0] > 1.5        # first ascent ~ antipodal to s
+    v = cons.details["end_of_round_violation_by_K"]                      # judged by its trend in K, no threshold
+    assert cons.verdict == (HOLDS if v[1] < v[0] else VIOLATED)
 
 
 def test_flatness_sharp_flat_toy():
@@ -146,3 +148,17 @@ def test_pac_bayes_norms_closed_form():
     out = F.pac_bayes_margin(prob, w, torch.zeros_like(w), eps=0.1, conf=0.05)
     assert out["V_L"] == pytest.approx(18.0, rel=1e-12)
     assert 0 <= out["margin_loss_s"] <= 1 and out["bound"] > out["margin_loss_s"]
+
+
+def test_partition_std_of_fig2_with_the_trainers_partitioner():
+    c = F.check_partition_std(draws=4)
+    assert c.details["std_without_replacement"] == 0 and all(300 < s < 3000 for s in c.details["stds"])
+    assert c.verdict == (HOLDS if min(c.details["stds"]) <= 829.14 <= max(c.details["stds"]) else VIOLATED)
+
+
+def test_untested_claims_are_rows_with_reasons():
+    from fedlab_analysis.theory import untested
+    from fedlab_analysis.theory.claims import NOT_CHECKED
+    rows = [r for p in ("fedsmoo", "fedlesam", "fedcm", "fedals", "fedinit") for r in untested.rows(p)]
+    assert rows and all(r.verdict == NOT_CHECKED and r.measured.startswith("not checked: ") for r in rows)
+    assert len({(r.paper, r.id) for r in rows}) == len(rows)
