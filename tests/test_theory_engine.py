@@ -38,3 +38,27 @@ def test_engine_fedinit_matches_numpy_simulator():
     assert float((delta - ref["Delta"][:, 0]).abs().max()) < 1e-10
     off = trajectory(make_run(prob, "fedinit", K=5, lr=0.05, x0=w0, beta=0.0), 20)["w"]
     assert float((off - eng["w"]).abs().max()) > 1e-3                     # beta matters with distinct Hessians
+
+
+def test_engine_feddyn_matches_numpy_simulator():
+    from fedlab_analysis.theory import fedsmoo
+    prob = fedsmoo.make_toy(6, 4, seed=4)
+    w0 = torch.zeros(4, dtype=DT)
+    ref = fedsmoo.feddyn_code(prob, T=15, K=4, eta=0.05, lamb=0.1, w0=w0)
+    eng = trajectory(make_run(prob, "feddyn", K=4, lr=0.05, x0=w0, lamb=0.1), 15)["w"]
+    assert float((eng - ref).abs().max()) < 1e-10 and float(ref[-1].abs().max()) > 0.1
+
+
+def test_engine_sam_family_matches_numpy_up_to_the_trainers_norm_epsilon():
+    """The trainer normalises by ||v|| + 1e-7 (as the authors' simulator), the toys exactly: the two agree to
+    O(1e-7 rho / ||v||), and exactly in FedAvg's limit rho = 0."""
+    from fedlab_analysis.theory import fedlesam
+    prob = make_quadratics(6, 4, shared=False, seed=5)
+    w0 = prob.x_star + 3.0
+    for algo in ("fedsam", "fedlesam"):
+        ref = fedlesam.simulate(prob, method=algo, T=12, E=4, eta_l=0.05, eta_g=1.0, rho=0.05, w0=w0)["w"]
+        eng = trajectory(make_run(prob, algo, K=4, lr=0.05, x0=w0, rho=0.05), 12)["w"]
+        assert float((eng - ref).abs().max()) < 1e-7, algo
+        zero = trajectory(make_run(prob, algo, K=4, lr=0.05, x0=w0, rho=0.0), 12)["w"]
+        fedavg = fedlesam.simulate(prob, method="fedavg", T=12, E=4, eta_l=0.05, w0=w0)["w"]
+        assert float((zero - fedavg).abs().max()) < 1e-10, algo
