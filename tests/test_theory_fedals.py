@@ -67,3 +67,9 @@ def test_participation_identities_and_gap():
     assert agg.verdict == VIOLATED and agg.details["gap_agg_mean"] > 0        # participants fit themselves
     iid = fedals.check_participation(R=100, het=0.0)[2]
     assert iid.verdict == HOLDS and abs(iid.details["gap_agg_mean"]) < 1e-12   # identical clients: no gap
+
+
+def test_table2_communication_arithmetic():
+    c = fedals.check_comm_table2()
+    assert c.verdict == HOLDS and c.value < 5e-4
+    assert fedals.check_comm_table2(h=6500).verdict == VIOLATED             # a wrong head size is caught

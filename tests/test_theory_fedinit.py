@@ -88,3 +88,9 @@ def test_excess_risk_split():
     split, gen = fedinit.check_excess_risk_split(datasets=20)
     assert split.details["E_O"][-1] < split.details["E_O"][0]              # beta lowers E_O (note s6.2 M3/M7)
     assert gen.verdict == VIOLATED                                          # and raises E_G on this toy
+
+
+def test_ri_transient_alternates_on_the_trainer():
+    c = fedinit.check_oscillation(T=4, betas=(0.0, 0.5))
+    assert c.verdict == HOLDS and c.value < 1e-10
+    assert max(c.details["results"][0.5]["cos_consecutive"]) < 0 and max(c.details["results"][0.0]["u_norm"]) < 1e-10

@@ -305,6 +305,28 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
 
 
 # ---------------------------------------------------------------------------------------------------
+TABLE2_COMM = {1: 2.344, 5: 0.473, 10: 0.239, 25: 0.099, 50: 0.052, 100: 0.029}   # billions, ResNet-20, tau = 5
+
+
+def check_comm_table2(h=650, theta=269_722, tau=5) -> Claim:
+    """Table 2's communication column: per client (T/tau)(|h| + |phi|/alpha) with ResNet-20's |theta| = 269,722
+    and a 10-class head |h| = 650. T is solved from the alpha = 1 (FedAvg) entry; the other five entries must
+    follow to the printed three decimals (+-0.0005 B, and the alpha = 1 entry's own rounding)."""
+    rounds = TABLE2_COMM[1] * 1e9 / theta                       # T / tau, from FedAvg's entry
+    lo, hi = (TABLE2_COMM[1] - 5e-4) * 1e9 / theta, (TABLE2_COMM[1] + 5e-4) * 1e9 / theta
+    pred = {a: rounds * (h + (theta - h) / a) / 1e9 for a in TABLE2_COMM}
+    ok = all(lo * (h + (theta - h) / a) / 1e9 - 5e-4 <= v <= hi * (h + (theta - h) / a) / 1e9 + 5e-4
+             for a, v in TABLE2_COMM.items())
+    worst = max(abs(pred[a] - v) for a, v in TABLE2_COMM.items())
+    return _claim("C4-comm-table2", "communicated parameters per client = (T/tau)(|h| + |phi|/alpha)",
+                  "Table 2 (communication column); Sec. 6", "every entry within the printed rounding",
+                  "predicted " + ", ".join(f"a={a}: {pred[a]:.3f}B" for a in TABLE2_COMM)
+                  + f" vs printed {', '.join(f'{v:.3f}' for v in TABLE2_COMM.values())} (T/tau = {rounds:.0f})",
+                  HOLDS if ok else VIOLATED, worst, {"h": h, "theta": theta, "tau": tau, "T_over_tau": rounds,
+                                                     "predicted_B": pred, "printed_B": TABLE2_COMM})
+
+
+# ---------------------------------------------------------------------------------------------------
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
     claims = [check_lemma_a1(seed=seed, R=2000 if quick else 20000)]
     claims += check_stability_22_23(seed=seed)
@@ -312,4 +334,5 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
     claims.append(check_thm_b1(seed=seed, R=300 if quick else 2000))
     claims += check_thm43_tau(seed=seed, R=60 if quick else 400, out_dir=out_dir)
     claims += check_participation(seed=seed, R=300 if quick else 2000)
+    claims.append(check_comm_table2())            # arithmetic on the paper's table: the same on every seed
     return claims

@@ -50,8 +50,6 @@ ROWS = {
          IMAGE),
         ("C2-accuracy", "FedALS (alpha = 10) beats FedAvg (tau = 5) on non-iid data", "Table 1", IMAGE),
         ("C3-alpha", "accuracy vs alpha is an inverted U (peak at alpha in [5, 10])", "Table 2", IMAGE),
-        ("C4-comm", "communicated parameters per client = (T/tau)(|h| + |phi|/alpha)", "Table 2",
-         NOT_YET + " (arithmetic on the table with ResNet-20's |h| and |theta|)"),
         ("C5-scaffold", "SCAFFOLD gains little over FedAvg at 2x communication; FedALS+SCAFFOLD ~ FedALS",
          "Sec. 7.3", IMAGE),
         ("C6-phi-depth", "the depth of phi matters (first 16 of 20 layers best)", "Table 3", IMAGE),
@@ -60,7 +58,6 @@ ROWS = {
         ("bound9", "Theorem 4.3's multi-round bound (9) as a whole", "Thm 4.3 / Eq. (9)", NOT_YET),
     ],
     "fedinit": [
-        ("oscillation", "RI's early divergence oscillates (damped, alternating)", "Fig. 2 text", NOT_YET),
         ("optimal-K", "accuracy is non-monotone in the local steps K", "Fig. 1a", IMAGE),
         ("acc-gain", "FedInit beats FedAvg by 3.4-5.8 points at no communication cost", "Table 4", IMAGE),
         ("plug-in", "+RI helps FedAvg, FedSAM, FedAdam, SCAFFOLD but not FedDyn or FedCM", "Table 6", IMAGE),
