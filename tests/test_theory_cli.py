@@ -101,3 +101,12 @@ def test_cli_all_quick(tmp_path):
     assert p.returncode == 0, p.stderr
     papers = {c["paper"] for c in json.loads((tmp_path / "report.json").read_text())}
     assert {"fedcm", "fedinit", "fedals"} <= papers
+
+
+def test_report_round_trips(tmp_path):
+    rows = [fedcm.check_drift_B8(T=5, R=2), claims.Claim("fedcm", "x", "c", "w", "e", "m", HOLDS, 1.0, {},
+                                                         slack=float("inf"))]
+    claims.write_report(rows, tmp_path)
+    back = claims.read_report(tmp_path / "report.json")
+    assert [c.id for c in back] == [c.id for c in rows] and back[1].slack == float("inf")
+    assert claims.to_markdown(back) == claims.to_markdown(rows)

@@ -265,6 +265,16 @@ def _finite(x):
     return x
 
 
+def read_report(path: str | Path) -> list[Claim]:
+    """The claims of a report.json written by ``write_report`` (e.g. to merge per-paper runs)."""
+    import dataclasses
+    names = {f.name for f in dataclasses.fields(Claim)}
+    back = lambda v: float(v) if v in ("inf", "-inf", "nan") else v          # noqa: E731
+    rows = json.loads(Path(path).read_text())
+    return [Claim(**{k: back(v) if k in ("slack", "value") else v for k, v in r.items() if k in names})
+            for r in rows]
+
+
 def write_report(claims: list[Claim], out_dir: str | Path, title: str = "Theory checks") -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
