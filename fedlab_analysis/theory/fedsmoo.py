@@ -34,7 +34,7 @@ METHODS = {"fedavg": (False, "none"), "fedsam": (False, "local"), "feddyn": (Tru
 
 def make_toy(m: int = 20, d: int = 10, eig_lo: float = 0.1, eig_hi: float = 5.0, spread: float = 3.0,
              seed: int = 0) -> HeteroQuadratics:
-    """The note's toy (section 6.6): f_i = 1/2 (w - c_i)^T A_i (w - c_i), c_i ~ N(0, spread^2 I),
+    """The toy: f_i = 1/2 (w - c_i)^T A_i (w - c_i), c_i ~ N(0, spread^2 I),
     A_i = Q_i diag(e^U[ln lo, ln hi]) Q_i^T."""
     rng = np.random.default_rng(seed)
     A = np.stack([spectrum_matrix(np.exp(rng.uniform(math.log(eig_lo), math.log(eig_hi), d)), rng)
@@ -390,7 +390,7 @@ def check_beta_region(m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T
 # T1: exactness vs drift floors, and the r^2 floor
 # ---------------------------------------------------------------------------------------------------
 def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0) -> Claim:
-    """T1 / Remark 4.3 / claim 10: with full participation FedDyn and FedSMOO(r = 0) reach f* with consensus
+    """T1 / Remark 4.3: with full participation FedDyn and FedSMOO(r = 0) reach f* with consensus
     -> 0, FedAvg and FedSAM keep a client-drift floor. (FedSAM at r = 0 is FedAvg; FedSMOO at r = 0 is
     FedDyn.)"""
     prob = make_toy(m, d, seed=seed)
@@ -425,7 +425,7 @@ def check_r2_floor(m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T
     """T1 floor and (31)'s r^2 term. In the proof's regime (exact solves, n = m, beta L at ``zeta_frac`` of
     the zeta > 0 threshold): the floor of ||grad f(w_bar)||^2 at fixed r has log-log slope 2 in r, and (31)
     bounds it by (1 + 30 p beta) beta^2 L^2 r^2 as T -> infinity. Alg. 1 with SGD at beta = ``sgd_beta``
-    (outside the regime) on the note's toy is reported too. In the regime the server step is beta ~ 0.04/L,
+    (outside the regime) on this toy is reported too. In the regime the server step is beta ~ 0.04/L,
     so the in-regime toy is better conditioned (spectra in ``eig``) to reach its floor in ~10^3 rounds."""
     prob = make_toy(m, d, *eig, seed=seed)
     beta = zeta_frac * zeta_threshold(m, m) / prob.L
@@ -543,7 +543,7 @@ def check_partial_participation(m=20, n_active=5, d=10, T=700, K=10, eta=0.05, b
 # ---------------------------------------------------------------------------------------------------
 def check_mechanism(m=20, d=10, T=150, K=10, eta=0.05, beta=2.0, r=0.1, margin=0.05, tail=0.2, seed=0,
                     Ks=(5, 10, 20, 40), out_dir=None) -> list[Claim]:
-    """T6 / claim 12 and the constraint s_i = s of eq. (8), with Alg. 1's local SGD:
+    """T6 (Sec. 3.2-3.3) and the constraint s_i = s of eq. (8), with Alg. 1's local SGD:
     (1) FedSMOO's corrected local perturbation follows the global SAM direction grad f(w_{i,k}) better than
     FedSAM's local one (mean cosine over rounds, steps, active clients; ``margin`` decides);
     (2) the server perturbation s^t points along grad f(w^t) once converged (tail mean cosine > 0.9 holds,
