@@ -1,4 +1,4 @@
-"""FedALS theory checks (notes/seed_003 s4-s6) and the least-squares toy with its closed-form risk."""
+"""FedALS theory checks (Thms 4.1, 4.3, B.1; App. A, C) and the least-squares toy with its closed-form risk."""
 import numpy as np
 import torch
 from torch.func import grad, hessian
@@ -45,7 +45,7 @@ def test_stability_22_exact_and_23_holds():
 def test_thm41_bound_and_iid_scaling_is_1_over_K():
     bound, het, iid = fedals.check_thm41(Ks=(1, 4, 16), hets=(0.0, 3.0), R=150)
     assert bound.verdict == HOLDS and het.verdict == HOLDS
-    assert iid.verdict == VIOLATED and abs(iid.value + 1) < 0.3               # slope -1, not -2 (note s4.3)
+    assert iid.verdict == VIOLATED and abs(iid.value + 1) < 0.3               # slope -1, not -2
     rows = [r for r in iid.details["rows"] if r["het"] == 0.0 and r["K"] > 1]
     assert all(r["delta_k"] > 0.1 * r["gen_k"] for r in rows)                 # delta_k != 0 in the iid case
 

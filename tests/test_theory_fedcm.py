@@ -1,5 +1,4 @@
-"""FedCM theory checks (notes/seed_002 s6, s7) and the quadratic / logistic toy families they run on."""
-import math
+"""FedCM theory checks (Lemmas 4.1, B.7-B.11, Thm 5.1) and the quadratic / logistic toy families they run on."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""FedInit theory checks (notes/seed_004 s4, s6, s7): closed forms to 1e-10, verdicts the note predicts."""
+"""FedInit theory checks (Alg. 1, Thms 12, 15, 19, Remark 14): closed forms to 1e-10 and their verdicts."""
 
 from fedlab_analysis.theory import fedinit
 from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
@@ -17,7 +17,7 @@ def test_beta_zero_is_fedavg_and_aggregations_agree_at_full_participation():
         assert float((x - r["w"][t + 1, 0]).abs().max()) < 1e-12
     a = fedinit.simulate(q, beta=0.3, K=3, eta=0.1, T=6, seed=0, agg="final_avg")
     b = fedinit.simulate(q, beta=0.3, K=3, eta=0.1, T=6, seed=0, agg="delta_from_init")
-    assert float((a["w"] - b["w"]).abs().max()) < 1e-12                  # offsets average to 0 (notes s2.2)
+    assert float((a["w"] - b["w"]).abs().max()) < 1e-12                  # offsets average to 0
 
 
 def test_null_test_beta_invariance():
@@ -86,7 +86,7 @@ def test_stability_worsens_with_beta_under_algorithm_1():
 
 def test_excess_risk_split():
     split, gen = fedinit.check_excess_risk_split(datasets=20)
-    assert split.details["E_O"][-1] < split.details["E_O"][0]              # beta lowers E_O (note s6.2 M3/M7)
+    assert split.details["E_O"][-1] < split.details["E_O"][0]              # beta lowers E_O
     assert gen.verdict == VIOLATED                                          # and raises E_G on this toy
 
 

@@ -1,7 +1,7 @@
 """FedLESAM theory checks (fedlab_analysis/theory/fedlesam.py).
 
 Exact inner maximisation and closed forms to <= 1e-10 in float64; the simulator against an explicit
-per-client loop; verdicts as notes/seed_001 section 6.6 [CHK] predicts; claims flipping outside their
+per-client loop; verdicts as derived from the paper; claims flipping outside their
 regime."""
 import math
 
@@ -103,7 +103,7 @@ def test_lemmas_3_and_4_hold():
 
 # ---- Theorem 1 ------------------------------------------------------------------------------------------
 def test_thm1_delta_is_the_substituted_lemma2_term():
-    """Delta = (1/C)(L^2/N)(60 eta^2 E L^2 + 1) N 2E^2L^2 eta^2 rho^2, eta = 1/(sqrt(T) E L) (notes s6.4)."""
+    """Delta = (1/C)(L^2/N)(60 eta^2 E L^2 + 1) N 2E^2L^2 eta^2 rho^2, eta = 1/(sqrt(T) E L) (Thm 1)."""
     T, E, N, L, rho = 400, 10, 10, 1.7, 0.3
     eta, C = 1 / (math.sqrt(T) * E * L), 0.5 - 30 / T
     lemma2 = N * 2 * E ** 2 * L ** 2 * eta ** 2 * rho ** 2                 # sum_i of Lemma 2's FedSAM bound

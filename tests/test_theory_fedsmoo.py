@@ -1,7 +1,7 @@
 """FedSMOO theory checks (fedlab_analysis/theory/fedsmoo.py) and the non-convex toys they use.
 
-Identities and closed forms to <= 1e-10 in float64; verdicts as the notes' [CHK] numbers predict
-(notes/seed_000 sections 6.4, 6.6, 7); one claim moved outside its regime flips its verdict."""
+Identities and closed forms to <= 1e-10 in float64; verdicts from the paper's constants
+(App. C.1); one claim moved outside its regime flips its verdict."""
 import math
 
 import pytest
@@ -68,7 +68,7 @@ def test_exact_local_solve_is_the_argmin():
     assert float(foc.abs().max()) < 1e-12
 
 
-# ---- the proof's constants (notes s6.4 [CHK]) ------------------------------------------------------
+# ---- the proof's constants (App. C.1, eqs. 29-31) ------------------------------------------------------
 def test_proof_constants_solve_29_30_and_match_note():
     for n, m, bl in ((20, 20, 0.03), (18, 20, 0.02), (15, 20, 0.01)):
         L, beta = 2.0, bl / 2.0

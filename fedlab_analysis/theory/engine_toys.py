@@ -47,8 +47,8 @@ def make_run(prob: HeteroQuadratics, algo: str, *, K: int, lr: float, x0: torch.
                  natural_clients=[np.arange(i * d, (i + 1) * d) for i in range(n)])
     cfg = RunConfig(algo=algo, dataset="synthetic", model="logreg", model_kwargs={"bias": False},
                     dtype="float64", partition="natural", clients=n, active_ratio=active_ratio,
-                    sampling=sampling, local_steps=K, batch_size=batch or d, lr=lr, lr_decay=lr_decay, wd=0.0, rounds=rounds,
-                    seed=seed, vmap=vmap, eval_train_samples=1, **hp)
+                    sampling=sampling, local_steps=K, batch_size=batch or d, lr=lr, lr_decay=lr_decay, wd=0.0,
+                    rounds=rounds, seed=seed, vmap=vmap, eval_train_samples=1, **hp)
     run = Run(cfg, dataset=ds)
     run.X, run.Y, run.loss = X.to(DT), y.to(DT), half_mse        # the exact toy, not its float32 copy
     run.w = torch.as_tensor(x0, dtype=DT).clone()

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import (HOLDS, INCONCLUSIVE, NOT_CHECKED, SANITY, VIOLATED, Claim, bound, identity, loglog_fit,
-                     loglog_slope, rate, slack, slope)
+from .claims import (HOLDS, INCONCLUSIVE, SANITY, VIOLATED, Claim, bound, identity, loglog_fit,
+                     loglog_slope, slack, slope)
 from .engine_toys import make_run, trajectory
 from .toys import DT, HeteroQuadratics, _mv, make_logistic, make_quadratics, participation_mask, save_figure
 
@@ -204,8 +204,8 @@ def check_drift_B8(N=20, S=5, d=5, K=10, T=60, sigma=0.3, alpha=0.1, eta_scale=0
     in_regime = eta_l <= 1 / (4 * prob.L * K)
     return _claim("B.8-drift", "client drift eps_t bounded by Lemma B.8 (eta_l <= 1/(4LK))", "Lemma B.8",
                   "max_t eps_t / bound <= 1 (loose, 10-100x)", f"max ratio {ratio:.3g} "
-                  f"(eta_l L K = {eta_l * prob.L * K:.3g})", bound(ratio, 1.0, in_regime), ratio, slack=slack(ratio, 1.0),
-                  details=
+                  f"(eta_l L K = {eta_l * prob.L * K:.3g})", bound(ratio, 1.0, in_regime), ratio,
+                  slack=slack(ratio, 1.0), details=
                   {**c, "eta_l": eta_l, "K": K, "alpha": alpha, "regime": "eta_l <= 1/(4LK)",
                    "in_regime": in_regime, "R": R, "T": T})
 
@@ -473,7 +473,8 @@ def check_speedup_KS(N=16, d=5, Ks=(1, 4, 16), Ss=(1, 4, 16), T=150, sigma=1.0, 
     det = {"KS": KS, "floors": floors, "bound_lead": lead, "G2_min_admissible": G2,
            "sigma_l2": d * sigma ** 2,
            "eta_geff": eta_geff, "eta_l_K_L": etaLK, "alpha": alpha, "N": N}
-    return [_claim("speedup-noise-floor", "linear speedup in K*S of the local-noise term", "Thm 5.1 (the 1/(KS) noise term)",
+    return [_claim("speedup-noise-floor", "linear speedup in K*S of the local-noise term",
+                   "Thm 5.1 (the 1/(KS) noise term)",
                    "floor slope -1 in K*S (iid, noise-dominated)", f"slope {k:.2f}", slope(k, -1.0, 0.2), k,
                    det, fig),
             _claim("speedup-bound", "Thm 5.1's bound gives O(1/(K S eps^2)) rounds (linear speedup)",

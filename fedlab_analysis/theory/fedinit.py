@@ -356,7 +356,7 @@ def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200
 # generalisation: uniform stability and the E_O / E_G split
 # ---------------------------------------------------------------------------------------------------
 def _stability_problem(C, S, d, pairs, seed):
-    """Neighbouring datasets (Def. of uniform stability, Sec. 4.2): pair p replaces sample j* of client i* by a fresh draw.
+    """Neighbouring datasets (uniform stability, Sec. 4.2): pair p replaces sample j* of client i* by a fresh draw.
     Returns LeastSquares with X [2, 1, P, C, S, d] (0 = original, 1 = neighbour; 1 = the beta axis)."""
     task = make_task(C, d, het=1.0, noise=0.5, seed=seed)
     rng = np.random.default_rng([seed, 7])
@@ -406,8 +406,8 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0
     t_adm = 1 + 1 / (2 * max(betas))   # phi(t) ~ 1/t: phi(t-1)/phi(t) - 1 = 1/(t-1) >= 2 beta
     r14 = (f"2 beta <= phi(t-1)/phi(t) - 1, the balancing step of Thm 12's proof: with eta = c/t it holds for "
            f"beta = {max(betas):g} only in rounds t <= {t_adm:.0f} of {T}")
-    r15 = (f"interpolation (A7) and a decaying beta_t with bounded sum: the toy has label noise and a "
-           f"constant beta")
+    r15 = ("interpolation (A7) and a decaying beta_t with bounded sum: the toy has label noise and a "
+           "constant beta")
     fig = save_figure(out_dir, f"{PAPER}_stability.png", {f"eps, {a}": (betas, v) for a, v in eps.items()},
                       xlabel="beta", ylabel="sup_z |f(w;z) - f(w~;z)|", logx=False,
                       title=f"FedInit uniform stability (N={N}/{C}, SGD b=1)")
@@ -419,8 +419,9 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0
     return [_claim("thm12-bound", "uniform stability bound (8) holds", "Thm 12 / Eq. (8)",
                    "eps <= min_t0 [N U K t0/(CS) + 2 sl LG/((1+2b) CSL) (T/t0)^cKL]",
                    f"eps {e[0]:.3g} vs bound {rhs:.3g} at beta={b0}", bound(float(e[0]), rhs, in_regime),
-                   float(e[0]) / rhs, slack=slack(float(e[0]), rhs), details={**det, "bound": rhs, "in_regime": in_regime,
-                                       "regime": "2 beta <= phi(t-1)/phi(t) - 1 (beta -> 0 as eta = c/t)"}),
+                   float(e[0]) / rhs, slack=slack(float(e[0]), rhs),
+                   details={**det, "bound": rhs, "in_regime": in_regime,
+                            "regime": "2 beta <= phi(t-1)/phi(t) - 1 (beta -> 0 as eta = c/t)"}),
             _claim("stab-beta-remark14", "a small positive beta improves stability by (1+2b)^(-1/(1+cKL))",
                    "Thm 12, Remark 14", "eps decreasing in beta",
                    f"Alg. 1: eps {show(e)} ({100 * rel:+.1f}%: {direction}); code agg: "

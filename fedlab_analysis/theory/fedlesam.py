@@ -2,7 +2,8 @@
 for Federated Sharpness-aware Minimization"): its theory checked on toys.
 
 One client-vectorised simulator runs Algorithm 1 (FedAvg, FedSAM, FedLESAM) on any ``ClientProblem``:
-E local steps of size eta_l, server step w^{t+1} = w^t + eta_g mean_S(w_i - w^t) (the mean; Algorithm 1 as printed omits the 1/|S|).
+E local steps of size eta_l, server step w^{t+1} = w^t + eta_g mean_S(w_i - w^t) (the mean; Algorithm 1 as
+printed omits the 1/|S|).
 FedSAM's ascent uses the step's own stochastic gradient and the same noise draw for the descent gradient
 ("same minibatch"); FedLESAM's perturbation rho (w_i^old - w^t)/||w_i^old - w^t|| is constant within the
 round, with w_i^old per client (paper) or the last global update for everyone (``w_old="global"``, the

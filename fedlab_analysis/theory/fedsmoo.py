@@ -330,7 +330,8 @@ def check_lemmas(m=20, d=10, T=200, betaL=0.2, r=0.1, sgd_K=10, sgd_eta=0.02, se
                                              "- b/2 ||grad f(w_bar^t)||^2"), True)):
         out.append(_claim(cid, text, where, "holds every round (exact local solves)",
                           f"max (LHS-RHS)/(|LHS|+|RHS|) = {ex[key]:.2g}; SGD K={sgd_K}: {sg[key]:.2g}",
-                          bound(ex[key], 0.0, reg), ex[key], base, slack=(1 - ex[key]) / (1 + ex[key]) if ex[key] > -1 else math.inf))
+                          bound(ex[key], 0.0, reg), ex[key], base,
+                          slack=(1 - ex[key]) / (1 + ex[key]) if ex[key] > -1 else math.inf))
     return out
 
 
@@ -560,7 +561,6 @@ def check_mechanism(m=20, d=10, T=150, K=10, eta=0.05, beta=2.0, r=0.1, margin=0
     c_srv = cos(sm["s"][1:-1], prob.grad_f(sm["w"][1:-1]))
     flip = float(cos(sm["s"][2:], sm["s"][1:-1])[-k0:].mean())
     c_tail, cons_k = float(c_srv[-k0:].mean()), sm["cons"][-k0:].mean(0)
-    cons = float(cons_k.mean())
     end = []                                   # [len(Ks), tail rounds]: violation at the last local step
     for Kc in Ks:
         c = sm["cons"] if Kc == K else simulate(prob, method="fedsmoo", T=T, K=Kc, eta=eta, beta=beta, r=r,
