@@ -105,7 +105,9 @@ class RunConfig:
                               "FedLESAM 0.01 (their papers' values)", lo=0)
     alpha: float | None = _f(None, "FedCM/MoFedSAM client-momentum alpha (0.1); FedALS adaptation alpha (10)",
                              lo=0, lo_open=True)
-    beta: float | None = _f(None, "relaxed-initialisation beta (FedInit, 0.1)", lo=0)
+    beta: float | None = _f(None, "relaxed-initialisation beta (FedInit, 0.1); FedInit Sec. 5 (Fig. 2) also runs "
+                            "beta < 0, a start moved towards the client's last model, as the contrast; -1 starts at "
+                            "it", lo=-1)
     lamb: float | None = _f(None, "dynamic-regulariser coefficient lamb = 1/beta_FedDyn (FedDyn family, 0.1)",
                             lo=0)
     mu: float | None = _f(None, "FedProx proximal coefficient mu (0.01)", lo=0)

@@ -7,32 +7,60 @@ from pathlib import Path
 import pytest
 
 from fedlab_analysis.theory import __main__ as cli
-from fedlab_analysis.theory import fedcm
-from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VERDICTS
+from fedlab_analysis.theory import claims, fedcm
+from fedlab_analysis.theory.claims import HOLDS, NOT_CHECKED, OUTSIDE, VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 
 
-def test_cli_fedcm_quick_writes_report(tmp_path):
+def test_cli_quick_writes_report(tmp_path):
     out = tmp_path / "tmp"
-    cmd = [sys.executable, "-m", "fedlab_analysis.theory", "fedcm", "--quick", "--out", str(out)]
+    cmd = [sys.executable, "-m", "fedlab_analysis.theory", "fedals", "--quick", "--seeds", "2", "--out", str(out)]
     p = subprocess.run(cmd,
                        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert "| paper | claim | where | expected | measured | verdict |" in p.stdout
+    assert "| paper | claim | where | kind | expected | measured | regime | slack | seeds | verdict |" in p.stdout
     md, claims = (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
-    assert md.startswith("# Theory checks: FedCM (quick)")
-    assert len(claims) >= 10 and {c["paper"] for c in claims} == {"fedcm"}
-    assert all(c["verdict"] in VERDICTS and c["measured"] and c["details"] for c in claims)
+    assert md.startswith("# Theory checks: FedALS (quick)")
+    assert len(claims) >= 10 and {c["paper"] for c in claims} == {"fedals"}
+    assert all(c["verdict"] in VERDICTS and c["measured"] for c in claims)
+    checked = [c for c in claims if c["verdict"] != NOT_CHECKED]
+    assert all(c["details"] and c["seeds"] == [0, 1] and sum(c["tally"].values()) == 2 for c in checked)
+    assert all(c["outcome"] == (f"{c['verdict']} in 2/2" if c["verdict"] != "mixed" else c["outcome"])
+               for c in checked)
+    assert all(c["measured"].startswith("not checked: ") for c in claims if c not in checked)
     assert len({c["id"] for c in claims}) == len(claims)
     by_id = {c["id"]: c for c in claims}
-    for key in ("L4.1-ema", "B.7-z-sgd", "K1-heavy-ball", "disp-closed-form", "fp-closed-form"):
+    for key in ("eq22-avg-stability", "C.1-C.2-identities", "eq71-gap-fixed"):
         assert by_id[key]["verdict"] == HOLDS and by_id[key]["value"] <= 1e-10
+        assert all(r["value"] <= 1e-10 for r in by_id[key]["details"]["per_seed"])
+    assert by_id["thm41-bound"]["slack"] > 1 and by_id["eq22-avg-stability"]["kind"] == "sanity check"
     figs = [c["figure"] for c in claims if c["figure"]]
-    assert len(figs) >= 5 and all((out / f).is_file() for f in figs)
+    assert len(figs) >= 2 and all((out / f).is_file() for f in figs)
     assert all(f"({f})" in md for f in figs)
+
+
+def test_seeds_fold_into_one_row_per_claim():
+    def run(seed, out_dir=None, quick=False):
+        return [fedcm.check_drift_B8(T=5, R=2, seed=seed, eta_scale=0.5),
+                claims.Claim("fedcm", "toy", "c", "w", "e", "m", claims.HOLDS if seed % 2 else claims.VIOLATED,
+                             float(seed), {}, slack=1.0 + seed)]
+    rows = claims.over_seeds(run, [0, 1, 2])
+    drift, toy = rows
+    assert drift.seeds == [0, 1, 2] and drift.tally == {HOLDS: 3} and drift.outcome == "holds in 3/3"
+    assert [r["seed"] for r in drift.details["per_seed"]] == [0, 1, 2]
+    assert drift.slack == min(r["slack"] for r in drift.details["per_seed"]) > 1
+    assert toy.verdict == claims.MIXED and toy.outcome == "mixed: violated 2/3, holds 1/3"
+    assert toy.slack == 1.0 and toy.spread == {"value": [0.0, 2.0], "slack": [1.0, 3.0]}
+
+
+def test_cli_seeds_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as e:                 # argparse's own check: one line, exit 2
+        cli.main(["fedcm", "--seeds", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and "--seeds" in err and len(err.splitlines()) == 1
 
 
 def test_cli_unknown_paper_is_one_line_exit_2(capsys):
@@ -75,3 +103,12 @@ def test_cli_all_quick(tmp_path):
     assert p.returncode == 0, p.stderr
     papers = {c["paper"] for c in json.loads((tmp_path / "report.json").read_text())}
     assert {"fedcm", "fedinit", "fedals"} <= papers
+
+
+def test_report_round_trips(tmp_path):
+    rows = [fedcm.check_drift_B8(T=5, R=2), claims.Claim("fedcm", "x", "c", "w", "e", "m", HOLDS, 1.0, {},
+                                                         slack=float("inf"))]
+    claims.write_report(rows, tmp_path)
+    back = claims.read_report(tmp_path / "report.json")
+    assert [c.id for c in back] == [c.id for c in rows] and back[1].slack == float("inf")
+    assert claims.to_markdown(back) == claims.to_markdown(rows)

@@ -1,12 +1,11 @@
-"""FedCM theory checks (FedCM Sec. 4, App. A) and the quadratic / logistic toy families they run on."""
-import math
+"""FedCM theory checks (Lemmas 4.1, B.7-B.11, Thm 5.1) and the quadratic / logistic toy families they run on."""
 
 import pytest
 import torch
 from torch.func import grad, hessian
 
 from fedlab_analysis.theory import fedcm
-from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
+from fedlab_analysis.theory.claims import HOLDS, INCONCLUSIVE, OUTSIDE, VIOLATED
 from fedlab_analysis.theory.toys import DT, make_logistic, make_quadratics, participation_mask
 
 
@@ -111,7 +110,16 @@ def test_speedup_noise_floor_but_not_bound():
 
 def test_convex_rate_quick():
     c = fedcm.check_convex_rate(Ts=(50, 100, 200), R=4)
-    assert c.verdict == HOLDS and c.value <= -0.4 and math.isfinite(c.value)
+    k, lo, hi = c.details["fit_95"]
+    assert c.value == k <= -0.4 and lo < k < hi                     # an interval from the R replicates
+    assert c.verdict == fedcm.rate_upper(c.details["fit_95"], c.details["control_constant_step_fit_95"], -0.5)
+
+
+def test_rate_verdict_needs_the_interval_and_a_failing_control():
+    assert fedcm.rate_upper((-1.0, -1.2, -0.8), (0.0, -0.2, 0.2), -0.5) == HOLDS
+    assert fedcm.rate_upper((-1.0, -1.2, -0.8), (-1.0, -1.2, -0.8), -0.5) == INCONCLUSIVE   # schedule-blind
+    assert fedcm.rate_upper((-1.0, -2.0, 0.1), (0.0, -0.2, 0.2), -0.5) == INCONCLUSIVE      # too wide
+    assert fedcm.rate_upper((0.0, -0.2, 0.2), (0.0, -0.2, 0.2), -0.5) == VIOLATED
 
 
 def test_participation_robustness_not_reproduced():

@@ -1,7 +1,7 @@
 """FedLESAM theory checks (fedlab_analysis/theory/fedlesam.py).
 
 Exact inner maximisation and closed forms to <= 1e-10 in float64; the simulator against an explicit
-per-client loop; verdicts as the paper's analysis predicts; claims flipping outside their
+per-client loop; verdicts as derived from the paper; claims flipping outside their
 regime."""
 import math
 
@@ -103,7 +103,7 @@ def test_lemmas_3_and_4_hold():
 
 # ---- Theorem 1 ------------------------------------------------------------------------------------------
 def test_thm1_delta_is_the_substituted_lemma2_term():
-    """Delta = (1/C)(L^2/N)(60 eta^2 E L^2 + 1) N 2E^2L^2 eta^2 rho^2, eta = 1/(sqrt(T) E L) (notes s6.4)."""
+    """Delta = (1/C)(L^2/N)(60 eta^2 E L^2 + 1) N 2E^2L^2 eta^2 rho^2, eta = 1/(sqrt(T) E L) (Thm 1)."""
     T, E, N, L, rho = 400, 10, 10, 1.7, 0.3
     eta, C = 1 / (math.sqrt(T) * E * L), 0.5 - 30 / T
     lemma2 = N * 2 * E ** 2 * L ** 2 * eta ** 2 * rho ** 2                 # sum_i of Lemma 2's FedSAM bound
@@ -139,3 +139,17 @@ def test_estimator_and_flatness():
     c = F.check_flatness()
     assert c.verdict == INCONCLUSIVE                                    # ~ FedAvg's curvature on this toy
     assert c.details["relative_gain_vs_fedsam"] > 0.05                    # but flatter than FedSAM
+
+
+def test_cost_counted_on_the_trainer_and_table5_arithmetic():
+    cost, comm = F.check_cost_and_comm(n=3, d=2, K=2)
+    assert cost.verdict == HOLDS and cost.details["grads_per_step"]["fedsam"] == 2
+    t5 = comm.details["table5"]
+    assert t5["fedsmoo"]["multiplier"] == 2 and t5["fedsam"]["multiplier"] == 1
+    assert t5["fedlesam-d"]["multiplier"] is None and comm.verdict == VIOLATED   # 0.60/0.31 is not 2 (nor 1)
+
+
+def test_thm1_delta_is_an_observation_not_the_bound():
+    cl = {c.id: c for c in F.check_thm1(Ts=(100, 200))}
+    assert cl["thm1-delta"].kind == "observation" and cl["thm1-fedlesam"].kind == "finding"
+    assert cl["thm1-fedlesam"].slack == pytest.approx(1 / cl["thm1-fedlesam"].value)

@@ -1,8 +1,17 @@
 """The claim table shared by every paper's check module.
 
 A check measures something on a toy problem and turns the measurement into a verdict with
-one of the helpers below; the verdict is never typed in. ``theory/__main__.py`` prints the
-table and writes it as Markdown and JSON.
+one of the helpers below; the verdict is never typed in. ``over_seeds`` runs a paper's checks on
+several seeds (a fresh toy instance and fresh noise each) and folds the per-seed rows into one row
+that says in how many seeds the verdict came out each way. ``theory/__main__.py`` prints the table
+and writes it as Markdown and JSON.
+
+Each row also carries
+- ``kind``: ``finding`` (a measurement the paper could have got wrong), ``sanity check`` (true by
+  construction: an algebraic identity of the update, an inequality that holds for every input; it checks
+  our code, not the paper) or ``observation`` (a comparison the paper does not state as a theorem);
+- ``regime``: whether the toy satisfies the theorem's assumptions, naming the condition;
+- ``slack``: bound / measured for every bound (1 is tight; 100 means the bound is 100x loose).
 """
 from __future__ import annotations
 
@@ -12,7 +21,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE = "holds", "violated", "outside the proven regime", "inconclusive"
-VERDICTS = (HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE)
+MIXED, NOT_CHECKED = "mixed", "not checked"
+VERDICTS = (HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE, MIXED, NOT_CHECKED)
+FINDING, SANITY, OBSERVATION = "finding", "sanity check", "observation"
+KINDS = (FINDING, SANITY, OBSERVATION)
+
+
+def regime_text(condition, inside: bool) -> str:
+    """``inside the proven regime (cond)`` / ``outside the proven regime (cond fails)``."""
+    if isinstance(condition, dict):
+        fails = [k for k, ok in condition.items() if not ok]
+        condition = ", ".join(fails if fails and not inside else condition)
+    return f"inside the proven regime ({condition})" if inside else f"outside the proven regime ({condition} fails)"
 
 
 @dataclass
@@ -20,17 +40,38 @@ class Claim:
     paper: str            # "fedsmoo", "fedlesam", "fedcm", "fedals", "fedinit"
     id: str               # short stable key, e.g. "T3-dual-mean"
     claim: str            # what the paper says, in one line
-    where: str            # "Lemma 4.1", "Thm 4.3 / Eq. (12)", "notes/seed_002 section 6.2"
-    expected: str         # what the paper (or the note's closed form) predicts
+    where: str            # "Lemma 4.1", "Thm 4.3 / Eq. (12)"
+    expected: str         # what the paper (or a closed form derived from it) predicts
     measured: str         # what we measured, with numbers
     verdict: str          # one of VERDICTS
     value: float | None = None                        # the headline number (error, slope, ratio)
     details: dict = field(default_factory=dict)       # constants, regime conditions, raw series
     figure: str | None = None                         # file name of the figure, if any
+    kind: str = FINDING                               # one of KINDS
+    regime: str = ""                                  # regime_text(...), or "" where no condition is stated
+    slack: float | None = None                        # bound / measured, for a bound
+    seeds: list = field(default_factory=list)         # the seeds this row folds (over_seeds)
+    tally: dict = field(default_factory=dict)         # verdict -> number of seeds
+    spread: dict = field(default_factory=dict)        # {"value": [min, max], "slack": [min, max]} over seeds
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {KINDS}")
+        if not self.regime and "regime" in self.details and "in_regime" in self.details:
+            self.regime = regime_text(self.details["regime"], bool(self.details["in_regime"]))
+        if self.verdict == OUTSIDE and not self.regime.startswith("outside"):
+            self.regime = "outside the proven regime" + (f" ({self.regime})" if self.regime else "")
+
+    @property
+    def outcome(self) -> str:
+        """``holds in 5/5``, ``mixed: holds 3/5, violated 2/5`` (a single run: the verdict)."""
+        n = sum(self.tally.values())
+        if not n or self.verdict == NOT_CHECKED:
+            return self.verdict
+        parts = ", ".join(f"{v} {k}/{n}" for v, k in sorted(self.tally.items(), key=lambda kv: -kv[1]))
+        return f"{self.verdict} in {n}/{n}" if len(self.tally) == 1 else f"mixed: {parts}"
 
 
 def identity(err: float, tol: float = 1e-10) -> str:
@@ -48,6 +89,13 @@ def bound(measured: float, limit: float, in_regime: bool = True, rtol: float = 1
     return HOLDS if ok else VIOLATED
 
 
+def slack(measured: float, limit: float) -> float | None:
+    """bound / measured (inf when the measured side is <= 0; None when not finite)."""
+    if not (math.isfinite(measured) and math.isfinite(limit)):
+        return None
+    return limit / measured if measured > 0 else math.inf
+
+
 def slope(measured: float, expected: float, tol: float, in_regime: bool = True) -> str:
     """A log-log rate: |measured - expected| <= tol."""
     if not math.isfinite(measured):
@@ -59,27 +107,182 @@ def slope(measured: float, expected: float, tol: float, in_regime: bool = True) 
 
 def loglog_slope(x, y) -> float:
     """Least-squares slope of log y against log x."""
+    return loglog_fit(x, y)[0]
+
+
+def loglog_fit(x, y, level: float = 0.95) -> tuple[float, float, float]:
+    """Least-squares slope of log y on log x and its ``level`` confidence interval. ``y`` [len(x)]: Student t
+    on the residuals (two points: no interval); ``y`` [len(x), R] (R independent replicates): the slope of
+    the replicate mean, with the Student-t interval of the R per-replicate slopes (Monte-Carlo error)."""
     import numpy as np
-    x, y = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
-    return float(np.polyfit(x, y, 1)[0])
+    from scipy import stats
+    x, y = np.log(np.asarray(x, float)), np.asarray(y, float)
+    if y.ndim == 2:
+        k = float(np.polyfit(x, np.log(y.mean(1)), 1)[0])
+        ks = np.polyfit(x, np.log(y), 1)[0]                       # one slope per replicate
+        h = float(stats.t.ppf(0.5 + level / 2, len(ks) - 1)) * float(ks.std(ddof=1)) / math.sqrt(len(ks))
+        return k, k - h, k + h
+    y = np.log(y)
+    k, c = np.polyfit(x, y, 1)
+    n = len(x)
+    if n < 3:
+        return float(k), float(k), float(k)
+    s2 = float(((y - (k * x + c)) ** 2).sum()) / (n - 2)
+    se = math.sqrt(s2 / float(((x - x.mean()) ** 2).sum()))
+    h = float(stats.t.ppf(0.5 + level / 2, n - 2)) * se
+    return float(k), float(k - h), float(k + h)
+
+
+def rate(fit: tuple, expected: float, tol: float, in_regime: bool = True) -> str:
+    """A fitted exponent (k, lo, hi) agrees with ``expected`` when [lo - tol, hi + tol] contains it."""
+    k, lo, hi = fit
+    if not math.isfinite(k):
+        return INCONCLUSIVE
+    if not in_regime:
+        return OUTSIDE
+    return HOLDS if lo - tol <= expected <= hi + tol else VIOLATED
+
+
+# ---------------------------------------------------------------------------------------------------
+# several seeds -> one row per claim
+# ---------------------------------------------------------------------------------------------------
+def _span(xs: list) -> list | None:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return [min(xs), max(xs)] if xs else None
+
+
+def fold(rows: list[Claim]) -> Claim:
+    """One claim measured on several seeds (rows[0] is the first seed) -> one row. The verdict is the
+    common verdict, or ``mixed`` when the seeds disagree; value is the first seed's, with the span over
+    seeds in ``spread``; slack is the worst (smallest) over seeds; measured is the first seed's text."""
+    first = rows[0]
+    tally: dict = {}
+    for r in rows:
+        for v, k in (r.tally or {r.verdict: 1}).items():
+            tally[v] = tally.get(v, 0) + k
+    seeds = [s for r in rows for s in (r.seeds or [r.details.get("seed")])]
+    slacks = [r.slack for r in rows if r.slack is not None]
+    spread = {"value": _span([r.value for r in rows]), "slack": _span(slacks)}
+    regimes = {r.regime for r in rows}
+    return Claim(first.paper, first.id, first.claim, first.where, first.expected, first.measured,
+                 next(iter(tally)) if len(tally) == 1 else MIXED, first.value,
+                 {**first.details, "per_seed": [{"seed": s, "verdict": r.verdict, "value": r.value,
+                                                 "slack": r.slack, "measured": r.measured}
+                                                for s, r in zip(seeds, rows)]},
+                 first.figure or next((r.figure for r in rows if r.figure), None), first.kind,
+                 first.regime if len(regimes) == 1 else "; ".join(sorted(regimes)),
+                 min(slacks) if slacks else None, seeds, tally, spread)
+
+
+def over_seeds(run, seeds: list[int], **kw) -> list[Claim]:
+    """``run(seed=s, out_dir=...)`` for every seed (figures from the first seed only), folded by claim id."""
+    out_dir = kw.pop("out_dir", None)
+    per_seed = []
+    for i, s in enumerate(seeds):
+        claims = run(seed=s, out_dir=out_dir if i == 0 else None, **kw)
+        for c in claims:
+            c.seeds = c.seeds or [s]
+        per_seed.append(claims)
+    order, rows = [], {}
+    for claims in per_seed:
+        for c in claims:
+            key = (c.paper, c.id)
+            if key not in rows:
+                order.append(key)
+                rows[key] = []
+            rows[key].append(c)
+    return [fold(rows[k]) for k in order]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the table
+# ---------------------------------------------------------------------------------------------------
+COLUMNS = ("paper", "claim", "where", "kind", "expected", "measured", "regime", "slack", "seeds", "verdict")
+
+
+def _g(x: float | None) -> str:
+    return "" if x is None else "inf" if x == math.inf else f"{x:.3g}"
+
+
+def _slack_cell(c: Claim) -> str:
+    if c.slack is None:
+        return ""
+    lo, hi = (c.spread or {}).get("slack") or (c.slack, c.slack)
+    return _g(c.slack) if lo == hi else f"{_g(lo)} (up to {_g(hi)})"
+
+
+def _seeds_cell(c: Claim) -> str:
+    if c.verdict == NOT_CHECKED:
+        return ""
+    n = sum(c.tally.values()) if c.tally else 1
+    v = (c.spread or {}).get("value")
+    span = f"; value {_g(v[0])}..{_g(v[1])}" if v and n > 1 and v[0] != v[1] else ""
+    return f"{n}{span}"
+
+
+def cells(c: Claim) -> list[str]:
+    return [c.paper, c.claim, c.where, c.kind, c.expected, c.measured, c.regime or "no condition stated",
+            _slack_cell(c), _seeds_cell(c), f"**{c.outcome}**"]
 
 
 def to_markdown(claims: list[Claim]) -> str:
-    rows = ["| paper | claim | where | expected | measured | verdict |", "|---|---|---|---|---|---|"]
+    rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for c in claims:
-        cells = [c.paper, c.claim, c.where, c.expected, c.measured, f"**{c.verdict}**"]
-        rows.append("| " + " | ".join(s.replace("|", "\\|").replace("\n", " ") for s in cells) + " |")
+        rows.append("| " + " | ".join(s.replace("|", "\\|").replace("\n", " ") for s in cells(c)) + " |")
     return "\n".join(rows) + "\n"
+
+
+def counts(claims: list[Claim]) -> str:
+    """``40 holds, 3 violated, ...`` over findings, then the sanity checks and observations apart."""
+    out = []
+    for kind in KINDS:
+        sub = [c for c in claims if c.kind == kind and c.verdict != NOT_CHECKED]
+        if sub:
+            per = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(c.verdict == v for c in sub)))
+            out.append(f"{len(sub)} {kind}s: {per}")
+    if n := sum(c.verdict == NOT_CHECKED for c in claims):
+        out.append(f"{n} claims not checked (reason in the row)")
+    return "; ".join(out)
+
+
+LEGEND = """Verdicts: **holds** / **violated** in n/n seeds (each seed a fresh toy instance and fresh noise);
+**mixed** when seeds disagree (the split is given); **outside the proven regime** when the toy breaks an
+assumption of the theorem (named in the regime column), so the number is reported but not judged;
+**inconclusive** when the effect is within the noise; **not checked** with the reason. Kinds: a *finding*
+could have come out against the paper; a *sanity check* is true by construction and checks our code; an
+*observation* is a comparison the paper does not state as a theorem. Slack = bound / measured (worst over
+seeds; 1 is tight)."""
+
+
+def _finite(x):
+    """JSON has no inf / nan: write them as strings."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
+
+
+def read_report(path: str | Path) -> list[Claim]:
+    """The claims of a report.json written by ``write_report`` (e.g. to merge per-paper runs)."""
+    import dataclasses
+    names = {f.name for f in dataclasses.fields(Claim)}
+    back = lambda v: float(v) if v in ("inf", "-inf", "nan") else v          # noqa: E731
+    rows = json.loads(Path(path).read_text())
+    return [Claim(**{k: back(v) if k in ("slack", "value") else v for k, v in r.items() if k in names})
+            for r in rows]
 
 
 def write_report(claims: list[Claim], out_dir: str | Path, title: str = "Theory checks") -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    counts = {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
-    md = [f"# {title}", "", ", ".join(f"{n} {v}" for v, n in counts.items()), "", to_markdown(claims)]
+    md = [f"# {title}", "", counts(claims), "", LEGEND, "", to_markdown(claims)]
     figs = [c for c in claims if c.figure]
     if figs:
         md += ["", "## Figures", ""] + [f"- {c.paper} / {c.id}: ![{c.id}]({c.figure})" for c in figs]
     (out / "report.md").write_text("\n".join(md) + "\n")
-    (out / "report.json").write_text(json.dumps([asdict(c) for c in claims], indent=1, default=float))
+    rows = [{**asdict(c), "outcome": c.outcome} for c in claims]
+    (out / "report.json").write_text(json.dumps(_finite(rows), indent=1, default=float))
     return out / "report.md"

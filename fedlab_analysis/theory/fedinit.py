@@ -1,11 +1,12 @@
-"""FedInit (Sun, Shen, Tao; papers/004; notes/seed_004 sections 4, 6, 7): relaxed initialisation on toys.
+"""FedInit (Sun, Shen, Tao, "Understanding How Consistency Works in Federated Learning via Stage-wise
+Relaxed Initialization"): relaxed initialisation on toys.
 
 One vectorised simulator runs Algorithm 1 for any batch of runs: each client starts from
 w^t_{i,0} = w^t + beta (w^t - w^{t-1}_{i,K}) (its *latest* local model, stale if it sat out), takes K local
 steps, and the server averages the final models (``agg="final_avg"``, Algorithm 1 line 16) or adds the mean
-update measured from the RI start (``agg="delta_from_init"``, the authors' code, notes s2.2).
+update measured from the RI start (``agg="delta_from_init"``, the authors' code).
 Delta^t = (1/C) sum_i ||w^{t-1}_{i,K} - w^t||^2 over ALL clients (Table 1); ``Delta_code`` is the code's
-probe over the selected clients only (notes s2.3).
+probe over the selected clients only.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import HOLDS, INCONCLUSIVE, OUTSIDE, VIOLATED, Claim, bound, identity, loglog_slope, slope
+from .claims import (HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VIOLATED, Claim, bound, identity, loglog_slope,
+                     regime_text, slack, slope)
+from .engine_toys import make_run, trajectory
 from .toys import (
     DT,
     HeteroQuadratics,
@@ -76,8 +79,8 @@ def _slopes(measured: list, expected: list, tol: float, in_regime: bool = True) 
     return slope(max(abs(m - e) for m, e in zip(measured, expected)), 0.0, tol, in_regime)
 
 
-def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None) -> Claim:
-    return Claim(PAPER, id, claim, where, expected, measured, verdict, float(value), details, figure)
+def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None, **kw) -> Claim:
+    return Claim(PAPER, id, claim, where, expected, measured, verdict, float(value), details, figure, **kw)
 
 
 def _M(prob: HeteroQuadratics, eta: float, K: int) -> torch.Tensor:
@@ -86,7 +89,7 @@ def _M(prob: HeteroQuadratics, eta: float, K: int) -> torch.Tensor:
 
 
 def delta_inf(prob: HeteroQuadratics, beta: float, eta: float, K: int) -> float:
-    """Shared Hessian, full participation, GD (notes s6.2 M1, derived): the local residual obeys
+    """Shared Hessian, full participation, GD (derived from Alg. 1): the local residual obeys
     e_i^t = (I - M)(c_i - c) - beta M e_i^{t-1}, so
     Delta_inf = (1/C) sum_i ||(I + beta M)^{-1}(I - M)(c_i - c)||^2."""
     M = _M(prob, eta, K)[0]
@@ -96,7 +99,7 @@ def delta_inf(prob: HeteroQuadratics, beta: float, eta: float, K: int) -> float:
 
 
 def fixed_point(prob: HeteroQuadratics, beta, eta: float, K: int) -> torch.Tensor:
-    """Full participation, GD (notes s6.2 M3): sum_i (I + beta M_i)^{-1}(I - M_i)(c_i - w) = 0."""
+    """Full participation, GD (derived from Alg. 1): sum_i (I + beta M_i)^{-1}(I - M_i)(c_i - w) = 0."""
     M = _M(prob, eta, K)
     I = torch.eye(prob.d, dtype=DT)
     bt = torch.as_tensor(beta, dtype=DT).reshape((-1,) + (1,) * M.dim())
@@ -107,21 +110,62 @@ def fixed_point(prob: HeteroQuadratics, beta, eta: float, K: int) -> torch.Tenso
 # ---------------------------------------------------------------------------------------------------
 # exact identities and closed forms (full participation, GD)
 # ---------------------------------------------------------------------------------------------------
-def check_null_test(C=10, d=5, K=10, eta=0.1, T=60, betas=(-0.3, 0.1, 0.3, 0.6, 0.9), seed=0) -> Claim:
+ENGINE = "the trainer's FedInit (engine + RelaxedInit part), float64"
+
+
+def engine_round(prob, w: torch.Tensor, last: torch.Tensor, beta: float, K: int, eta: float, T: int = 1) -> dict:
+    """T full-participation GD rounds of Algorithm 1 run by the trainer from the state (w, last local models)."""
+    run = make_run(prob, "fedinit", K=K, lr=eta, x0=w, beta=beta)
+    run.last_local = torch.as_tensor(last, dtype=DT).expand(prob.n, prob.d).clone()
+    return trajectory(run, T)
+
+
+def check_null_test(C=10, d=5, K=5, eta=0.1, T=12, betas=(-0.3, 0.6), seed=0) -> Claim:
     """M2: shared Hessians + full participation + GD: the global trajectory is exactly beta-invariant
-    (the RI offsets average to zero). The same run with distinct Hessians shows the test has teeth."""
+    (the RI offsets average to zero), on the trainer's FedInit. The same run with distinct Hessians shows
+    the test has teeth."""
     out = {}
     for shared in (True, False):
         prob = make_quadratics(C, d, shared=shared, L=1.0, mu=0.1, seed=seed)
-        r = simulate(prob, beta=torch.tensor((0.0,) + tuple(betas), dtype=DT), K=K, eta=eta, T=T,
-                     batch=(len(betas) + 1,), seed=seed)
-        out[shared] = float((r["w"][:, 1:] - r["w"][:, :1]).abs().max())
+        w0 = prob.x_star + 1.0
+        ws = [engine_round(prob, w0, w0, b, K, eta, T)["w"] for b in (0.0,) + tuple(betas)]
+        out[shared] = max(float((w - ws[0]).abs().max()) for w in ws[1:])
     err = out[True]
     return _claim("M2-null", "with shared Hessians, full participation and GD, w^t does not depend on beta",
-                  "notes/seed_004 s6.2 M2, s7.12", "max_t |w^t(beta) - w^t(0)| ~ 1e-16",
-                  f"max diff {err:.1e} (distinct Hessians: {out[False]:.2g})", identity(err), err,
+                  "derived from Alg. 1 (RI offsets average to 0)", "max_t |w^t(beta) - w^t(0)| ~ 1e-16",
+                  f"max diff {err:.1e} on {ENGINE} (distinct Hessians: {out[False]:.2g})", identity(err), err,
                   {"C": C, "d": d, "K": K, "eta": eta, "T": T, "betas": list(betas),
-                   "distinct_hessian_diff": out[False]})
+                   "distinct_hessian_diff": out[False], "implementation": ENGINE}, kind=SANITY)
+
+
+def check_oscillation(C=10, d=5, K=10, eta=0.1, T=6, betas=(0.0, 0.3, 0.6), seed=0) -> Claim:
+    """Fig. 2 (text): with RI the divergence's early transient oscillates. Shared Hessian, full participation,
+    GD on the trainer's FedInit: the residuals e_i^t = w^t_{i,K} - w^t deviate from their limit by
+    u^t with u^{t+1} = -beta M u^t (M = (I - eta A)^K, derived from Alg. 1), so for beta > 0 consecutive
+    deviations point in opposite directions (cos < 0) and shrink by at most beta ||M||; at beta = 0 the
+    residuals reach their limit after one round (no transient)."""
+    prob = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
+    M, I = _M(prob, eta, K)[0], torch.eye(d, dtype=DT)
+    w0 = prob.x_star + 1.0
+    res, err = {}, 0.0
+    for b in betas:
+        e_inf = _mv(torch.linalg.solve(I + b * M, I - M), prob.b - prob.b.mean(0))
+        tr = engine_round(prob, w0, w0, b, K, eta, T)
+        u = (tr["last"] - tr["w"].unsqueeze(1))[1:] - e_inf                 # [T, C, d], rounds 1..T
+        scale = float((prob.b - prob.b.mean(0)).abs().max())
+        err = max(err, float((u[1:] + b * _mv(M, u[:-1])).abs().max()) / scale)
+        c = [float((x * y).sum() / (x.norm() * y.norm())) for x, y in zip(u[1:], u[:-1]) if float(y.norm()) > 1e-12]
+        res[b] = {"cos_consecutive": c, "u_norm": [float(x.norm()) for x in u]}
+    osc = all(max(res[b]["cos_consecutive"]) < 0 for b in betas if b > 0)
+    flat = betas[0] != 0.0 or max(res[0.0]["u_norm"]) < 1e-10
+    return _claim("oscillation", "RI's early divergence transient alternates and is damped (beta > 0)",
+                  "Fig. 2 (text); derived from Alg. 1", "u^{t+1} = -beta M u^t; cos(u^{t+1}, u^t) < 0 for beta > 0; "
+                  "no transient at beta = 0",
+                  "; ".join(f"beta {b:g}: max cos " + (f"{max(r['cos_consecutive']):.3f}" if r["cos_consecutive"]
+                                                       else "- (no transient)") for b, r in res.items())
+                  + f"; recursion error {err:.1e} on {ENGINE}", HOLDS if osc and flat and err < 1e-8 else VIOLATED,
+                  err, {"betas": list(betas), "results": res, "norm_M": float(torch.linalg.matrix_norm(M, 2)),
+                        "implementation": ENGINE})
 
 
 def check_delta_inf(C=10, d=5, K=10, eta=0.1, T=250, betas=(-0.3, 0.0, 0.1, 0.3, 0.6, 0.9), seed=0,
@@ -145,7 +189,7 @@ def check_delta_inf(C=10, d=5, K=10, eta=0.1, T=250, betas=(-0.3, 0.0, 0.1, 0.3,
            "closed": closed.tolist(), "norm_M": rho, "regime": "|beta| ||M|| < 1", "in_regime":
            bool(max(abs(b) for b in betas) * rho < 1)}
     return [_claim("M1-delta-inf", "closed-form divergence Delta_inf(beta) (shared A, full part., GD)",
-                   "notes/seed_004 s6.2 M1 (derived)", "relative err <= 1e-10", f"max rel err {err:.1e}",
+                   "derived from Alg. 1", "relative err <= 1e-10", f"max rel err {err:.1e}",
                    identity(err), err, det),
             _claim("M1-divergence-beta", "beta > 0 lowers the divergence Delta, beta < 0 raises it",
                    "Fig. 2, s7.1", "Delta_inf decreasing on [0,1); above beta=0 for beta<0",
@@ -162,9 +206,10 @@ def check_fixed_point_bias(C=10, d=5, K=10, eta=0.05, betas=(-0.3, 0.0, 0.1, 0.3
     M, I = _M(prob, eta, K), torch.eye(d, dtype=DT)
     bt = torch.tensor(betas, dtype=DT).reshape(-1, 1, 1, 1)
     e = _mv(torch.linalg.solve(I + bt * M, I - M), prob.b - ws.unsqueeze(-2))   # residuals at the fixed point
-    state = {"w": ws, "last": ws.unsqueeze(-2) + e}
-    r = _one_round(prob, state, torch.tensor(betas, dtype=DT), K, eta)
-    err = float((r["w"] - ws).abs().max() + (r["last"] - state["last"]).abs().max())
+    err = 0.0                                       # one round of the trainer's FedInit from each fixed point
+    for b, w, last in zip(betas, ws, ws.unsqueeze(-2) + e):
+        r = engine_round(prob, w, last, b, K, eta)
+        err = max(err, float((r["w"][-1] - w).abs().max() + (r["last"][-1] - last).abs().max()))
     bias = (ws - prob.x_star).norm(dim=-1).numpy()
     i0 = betas.index(0.0)
     dec = bool(np.all(np.diff(bias[i0:]) < 0))
@@ -174,10 +219,10 @@ def check_fixed_point_bias(C=10, d=5, K=10, eta=0.05, betas=(-0.3, 0.0, 0.1, 0.3
     det = {"C": C, "d": d, "K": K, "eta": eta, "L": prob.L, "mu": prob.mu, "betas": list(betas),
            "bias": bias.tolist()}
     return [_claim("M3-fixed-point", "closed-form FedInit fixed point sum_i (I+bM_i)^-1 (I-M_i)(c_i-w) = 0",
-                   "notes/seed_004 s6.2 M3 (derived)", "one round moves it <= 1e-10", f"max move {err:.1e}",
-                   identity(err), err, det),
+                   "derived from Alg. 1", "one round moves it <= 1e-10", f"max move {err:.1e} on {ENGINE}",
+                   identity(err), err, {**det, "implementation": ENGINE}),
             _claim("M3-bias-beta", "RI shrinks FedAvg's fixed-point bias as beta grows (full part., GD)",
-                   "notes/seed_004 s6.2 M3", "||w_inf - w*|| decreasing in beta >= 0",
+                   "Sec. 3 (RI corrects inconsistency); derived fixed point", "||w_inf - w*|| decreasing in beta >= 0",
                    "bias " + ", ".join(f"{b:g}:{v:.3g}" for b, v in zip(betas, bias)),
                    HOLDS if dec else VIOLATED, bias[-1] / bias[i0], det, fig)]
 
@@ -268,7 +313,7 @@ def check_floors(C=10, d=5, K=10, etas=(0.0025, 0.005, 0.01, 0.02), Ks=(5, 10, 2
                    _slopes([s["het_eta"], s["noise_eta"]], [2, 2], 0.2, small), s["het_eta"],
                    det, fig),
             _claim("floor-K", "floor ~ K^2 when heterogeneity dominates, ~ K when noise dominates",
-                   "notes/seed_004 s6.2 M6 (6K sigma_g^2 in sigma)", "slopes 2 (het) and 1 (noise) in K",
+                   "Remark 18 (6K sigma_g^2 in sigma)", "slopes 2 (het) and 1 (noise) in K",
                    f"slopes {s['het_K']:.2f} (het), {s['noise_K']:.2f} (noise)",
                    _slopes([s["het_K"], s["noise_K"]], [2, 1], 0.25, small), s["het_K"], det,
                    fig2)]
@@ -276,7 +321,7 @@ def check_floors(C=10, d=5, K=10, etas=(0.0025, 0.005, 0.01, 0.02), Ks=(5, 10, 2
 
 def _zeta(a2, b2, eta, K, L, beta):
     """Lemma 26's bracket zeta = 1/2 - 6a^2b^2 eta K L - 114 g_b a^2b^2 eta K L beta^2 - 6a^2b^2 eta^2K^2L^2
-    (notes s4.3, OCR-repaired); g_b = 1/(1 - 39 beta^2)."""
+    (Lemma 26, OCR-repaired); g_b = 1/(1 - 39 beta^2)."""
     gam = 1 / (1 - 39 * beta ** 2) if abs(beta) < BETA_GAMMA else math.inf
     x = a2 * b2 * eta * K * L
     return 0.5 - 6 * x - 114 * gam * x * beta ** 2 - 6 * x * eta * K * L, gam
@@ -304,14 +349,14 @@ def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200
                   bound(lhs, rhs) if in_regime else OUTSIDE, lhs / rhs,
                   {"a2": a2, "b2": b2, "zeta": zeta, "gamma_beta": gam, "beta": beta, "eta": eta, "K": K,
                    "L": L, "D": D, "T": T, "regime": "beta < 1/sqrt(39), zeta > 0", "in_regime": in_regime,
-                   "constants_note": "zeta from the OCR-repaired Lemma 26 bracket"})
+                   "constants_note": "zeta from the OCR-repaired Lemma 26 bracket"}, slack=slack(lhs, rhs))
 
 
 # ---------------------------------------------------------------------------------------------------
 # generalisation: uniform stability and the E_O / E_G split
 # ---------------------------------------------------------------------------------------------------
 def _stability_problem(C, S, d, pairs, seed):
-    """Neighbouring datasets (notes s6.2 M4): pair p replaces sample j* of client i* by a fresh draw.
+    """Neighbouring datasets (uniform stability, Sec. 4.2): pair p replaces sample j* of client i* by a fresh draw.
     Returns LeastSquares with X [2, 1, P, C, S, d] (0 = original, 1 = neighbour; 1 = the beta axis)."""
     task = make_task(C, d, het=1.0, noise=0.5, seed=seed)
     rng = np.random.default_rng([seed, 7])
@@ -357,8 +402,12 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0
     rhs = float(np.min(rhs))
     in_regime = b0 == 0.0               # the balancing step needs 2 beta <= phi(t-1)/phi(t) - 1 -> 0
     rel = float(e[-1] / e[0] - 1)
-    up = HOLDS if rel > 0.01 else VIOLATED if rel < -0.01 else INCONCLUSIVE
-    down = {HOLDS: VIOLATED, VIOLATED: HOLDS}.get(up, up)
+    direction = "rises" if rel > 0.01 else "falls" if rel < -0.01 else "does not move (within 1%)"
+    t_adm = 1 + 1 / (2 * max(betas))   # phi(t) ~ 1/t: phi(t-1)/phi(t) - 1 = 1/(t-1) >= 2 beta
+    r14 = (f"2 beta <= phi(t-1)/phi(t) - 1, the balancing step of Thm 12's proof: with eta = c/t it holds for "
+           f"beta = {max(betas):g} only in rounds t <= {t_adm:.0f} of {T}")
+    r15 = ("interpolation (A7) and a decaying beta_t with bounded sum: the toy has label noise and a "
+           "constant beta")
     fig = save_figure(out_dir, f"{PAPER}_stability.png", {f"eps, {a}": (betas, v) for a, v in eps.items()},
                       xlabel="beta", ylabel="sup_z |f(w;z) - f(w~;z)|", logx=False,
                       title=f"FedInit uniform stability (N={N}/{C}, SGD b=1)")
@@ -370,15 +419,18 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0
     return [_claim("thm12-bound", "uniform stability bound (8) holds", "Thm 12 / Eq. (8)",
                    "eps <= min_t0 [N U K t0/(CS) + 2 sl LG/((1+2b) CSL) (T/t0)^cKL]",
                    f"eps {e[0]:.3g} vs bound {rhs:.3g} at beta={b0}", bound(float(e[0]), rhs, in_regime),
-                   float(e[0]) / rhs, {**det, "bound": rhs, "in_regime": in_regime,
-                                       "regime": "2 beta <= phi(t-1)/phi(t) - 1 (beta -> 0 as eta = c/t)"}),
+                   float(e[0]) / rhs, slack=slack(float(e[0]), rhs),
+                   details={**det, "bound": rhs, "in_regime": in_regime,
+                            "regime": "2 beta <= phi(t-1)/phi(t) - 1 (beta -> 0 as eta = c/t)"}),
             _claim("stab-beta-remark14", "a small positive beta improves stability by (1+2b)^(-1/(1+cKL))",
                    "Thm 12, Remark 14", "eps decreasing in beta",
-                   f"Alg. 1: eps {show(e)} ({100 * rel:+.1f}%); code agg: {show(eps['delta_from_init'])}",
-                   down, rel, det, fig),
+                   f"Alg. 1: eps {show(e)} ({100 * rel:+.1f}%: {direction}); code agg: "
+                   f"{show(eps['delta_from_init'])}", OUTSIDE, rel, det, fig, regime=regime_text(r14, False)),
             _claim("stab-beta-thm15", "RI's exp(2 sum beta_t) factor: stability worsens with beta",
                    "Thm 15 / Eq. (9), (1+2beta) recursion", "eps increasing in beta",
-                   f"Alg. 1 eps change {100 * rel:+.1f}% from beta={betas[0]} to {betas[-1]}", up, rel, det)]
+                   f"Alg. 1 eps change {100 * rel:+.1f}% from beta={betas[0]} to {betas[-1]} ({direction}, as "
+                   "the factor predicts, but the theorem does not cover this toy)", OUTSIDE, rel, det,
+                   regime=regime_text(r15, False))]
 
 
 def check_amplification(C=10, S=20, d=5, K=5, T=40, pairs=8, beta=0.3, c=0.2, seed=0) -> Claim:
@@ -403,8 +455,9 @@ def check_amplification(C=10, S=20, d=5, K=5, T=40, pairs=8, beta=0.3, c=0.2, se
     return _claim("stab-RI-step", "RI amplifies the coupled-run distance by at most (1+2beta) per round",
                   "App. B, proof of Thm 12",
                   f"max_t delta_0^t / delta_K^(t-1) <= 1 + 2beta = {1 + 2 * beta:g}",
-                  f"max ratio {worst:.4f}", bound(worst, 1 + 2 * beta), worst,
-                  {"beta": beta, "C": C, "K": K, "T": T, "pairs": pairs})
+                  f"max ratio {worst:.4f} (triangle inequality: true for every input)",
+                  bound(worst, 1 + 2 * beta), worst, {"beta": beta, "C": C, "K": K, "T": T, "pairs": pairs},
+                  kind=SANITY, slack=slack(worst, 1 + 2 * beta))
 
 
 def check_lemma27(C=20, S=40, N=4, K=10, B=1, t0s=(1, 2, 5, 10), sims=20000, seed=0) -> Claim:
@@ -423,7 +476,7 @@ def check_lemma27(C=20, S=40, N=4, K=10, B=1, t0s=(1, 2, 5, 10), sims=20000, see
                   "P " + ", ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(p, lim)) + f" (MC se {se:.3f})",
                   bound(max(pi - li - 3 * se for pi, li in zip(p, lim)), 0.0), ratio,
                   {"C": C, "S": S, "N": N, "K": K, "B": B, "t0s": list(t0s), "p": p, "bound": lim,
-                   "sims": sims})
+                   "sims": sims}, slack=slack(ratio, 1.0))
 
 
 def check_excess_risk_split(C=10, m=20, d=5, K=10, eta=0.05, betas=(0.0, 0.1, 0.3), datasets=50,
@@ -475,6 +528,7 @@ def check_thm1_ri_term(C=20, d=5, K=10, N=5, eta=0.015, beta=0.05, T=100, sigma=
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
     claims = [check_null_test(seed=seed)]
     claims += check_delta_inf(seed=seed, out_dir=out_dir)
+    claims.append(check_oscillation(seed=seed))
     claims += check_fixed_point_bias(seed=seed, out_dir=out_dir)
     claims.append(check_beta_threshold(seed=seed))
     claims += check_floors(seed=seed, out_dir=out_dir, T=100 if quick else 300, R=4 if quick else 16)

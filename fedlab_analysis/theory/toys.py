@@ -4,13 +4,13 @@ Every family is a set of n client objectives f_i on R^d with uniform weights, f 
 Shapes: a per-client point table ``W`` is ``[..., n, d]`` (any leading batch dims: trials, sweeps);
 a global point ``x`` is ``[..., d]``. One tensor program, no loop over clients.
 
-Families (the notes' toy recipes):
+Families:
 - ``HeteroQuadratics(A, b)``: f_i(x) = 1/2 (x - b_i)^T A_i (x - b_i). Shared Hessian (FedCM T1,
-  FedInit M1/M2) or distinct Hessians (FedCM T2, FedInit M3). seed_002 section 6.1, seed_004 section 6.2.
+  FedInit M1/M2) or distinct Hessians (FedCM T2, FedInit M3).
 - ``LeastSquares(X, y, lam)``: f_i(w) = 1/(2m) ||X_i w - y_i||^2 + lam/2 ||w||^2, minibatch gradients,
-  and with ``make_regression`` a closed-form population risk (seed_003 section 5, seed_004 section 6.1).
+  and with ``make_regression`` a closed-form population risk.
 - ``Logistic(X, y, lam)``: binary logistic regression on Dirichlet label-skewed clients with label noise
-  (non-separable, so x* exists); the only family where FedCM's A2/A3/A5 hold globally (seed_002 T3).
+  (non-separable, so x* exists); the only family where FedCM's A2/A3/A5 hold globally.
 
 Constants: ``L`` (max client smoothness), ``mu`` (min client strong convexity), ``mu_f`` (of f),
 ``x_star``/``f_star``, ``sigma_g2(x)`` = (1/n) sum_i ||grad f_i(x) - grad f(x)||^2 (A5 at x), and
@@ -195,7 +195,7 @@ class LeastSquares(HeteroQuadratics):
 
 class RegressionTask:
     """Client k: x ~ N(m_k, s_k^2 I), y = x^T w_k + N(0, noise^2). Population risk, closed form:
-    F_k(w) = 1/2 (w - w_k)^T (s_k^2 I + m_k m_k^T) (w - w_k) + noise^2/2 (seed_003 section 5)."""
+    F_k(w) = 1/2 (w - w_k)^T (s_k^2 I + m_k m_k^T) (w - w_k) + noise^2/2."""
 
     def __init__(self, means, scales, w_true, noise: float):
         self.means, self.scales, self.w_true, self.noise = _t(means), _t(scales), _t(w_true), float(noise)
@@ -350,19 +350,27 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     from pathlib import Path
 
     from matplotlib.figure import Figure             # no pyplot: never switches the caller's backend
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(4.6, 3.4))
+    fig = Figure(figsize=(5.0, 4.0), layout="constrained")
     ax = fig.subplots()
+    xs = set()
     for label, (x, y) in series.items():
         ax.plot(np.asarray(x, float), np.asarray(y, float), "o-", ms=3, label=label)
+        xs.update(np.asarray(x, float).tolist())
     if ref is not None:
         k, x, y = ref
         x = np.asarray(x, float)
         line = y[0] * (x / x[0]) ** k if logx else y[0] + k * (x - x[0])
         ax.plot(x, line, "k--", lw=1, label=f"slope {k:g}")
-    ax.set(xscale="log" if logx else "linear", yscale="log" if logy else "linear",
-           xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set(xscale="log" if logx else "linear", yscale="log" if logy else "linear", xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+    if logx and len(xs) <= 8:                        # label the measured x values, nothing in between
+        ax.xaxis.set_major_locator(FixedLocator(sorted(xs)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{v:g}" for v in sorted(xs)], fontsize=8)
+    elif logx:
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.savefig(Path(out_dir) / name, dpi=110)
     return name

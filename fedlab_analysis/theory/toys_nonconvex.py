@@ -3,7 +3,7 @@
 Same interface as ``toys.ClientProblem``: a client table ``W`` is ``[..., n, d]``, f = (1/n) sum_i f_i.
 
 - ``SharpFlat``: a 1-2-D landscape with one SHARP and one FLAT minimum and client-specific mixing
-  (notes/seed_000 section 6.6 T7(a)):
+  (FedSMOO Fig. 1, FedLESAM Fig. 2 at toy scale):
       f_i(w) = -log( a_i N(w; u, s_sharp^2 I) + b_i N(w; v, s_flat^2 I) ) + kappa/2 ||w - c_i||^2.
   Gradient and Hessian in closed form; the curvature of f at a point is exact (no estimator).
 - ``BiasFreeMLP``: a small bias-free ReLU network (Thm 4.4 of FedSMOO needs bias-free, 1-Lipschitz
