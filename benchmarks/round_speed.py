@@ -89,6 +89,9 @@ class Peak:
             self.mb = self._status("VmHWM") - self.base
 
 
+MODES = ("loop", "vmap", "compile")
+
+
 def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap")):
     """{name: round function} for ours (``modes``) and the reference, in the same setting."""
     from reference_sim import ReferenceSim
@@ -98,16 +101,32 @@ def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap")):
                wd=1e-3, clip=10.0, augment=augment, rho=0.1, lamb=0.1, alpha=0.1, device=str(device),
                keep_clients=False, quiet=True)
     out = {}
-    for mode in modes:
-        run = Run(RunConfig(**cfg, client_parallel=mode), dataset=ds)
-        out[mode] = run.round
+    for mode in modes:                               # "compile": the vmapped step under torch.compile
+        run = Run(RunConfig(**cfg, client_parallel="vmap" if mode == "compile" else mode,
+                            compile=mode == "compile"), dataset=ds)
+        out[mode] = run.round                        # measure()'s warm-up round pays the compilation
     shape = ds.input_shape
     clients = [(ds.x_train[ix].numpy(), ds.y_train[ix].numpy()) for ix in ds.natural_clients]
     ref = ReferenceSim(algo, lambda: build_model(model, shape, 10), clients, active=10, local_steps=steps,
                        batch_size=50, lr=0.1, augment=augment, clip=10.0, rho=0.1, lamb=0.1, alpha=0.1, wd=1e-3,
                        seed=0, device=str(device))
     out["reference"] = ref.round
+    out["floor"] = floor(model, ds, steps, device, passes=2 if algo in ("fedsam", "fedsmoo") else 1)
     return out
+
+
+def floor(model, ds, steps, device, passes):
+    """The compute floor of a round: 10 clients x K steps x ``passes`` bare forward + backward passes of one
+    persistent module on one resident batch of 50 (no optimizer, no data movement, no algorithm)."""
+    import torch.nn.functional as F
+    m = build_model(model, ds.input_shape, 10).to(device)
+    x, y = ds.x_train[:50].to(device), ds.y_train[:50].to(device)
+
+    def f():
+        for _ in range(10 * steps * passes):
+            m.zero_grad(set_to_none=True)
+            F.cross_entropy(m(x), y).backward()
+    return f
 
 
 def measure(fns: dict, rounds: int, device) -> dict:
@@ -149,8 +168,8 @@ def main(argv=None):
     p.add_argument("--steps", default=None, help="local steps per model, e.g. 'cnn=5,resnet18gn=1' (default: 50; "
                    "on CPU cnn=2, resnet18gn=1)")
     p.add_argument("--clients", type=int, default=100)
-    p.add_argument("--modes", default="loop,vmap", help="our --client-parallel modes to time (vmap of a conv net on a "
-                   "CPU is slow; the table says 'not run' for a mode left out)")
+    p.add_argument("--modes", default="loop,vmap,compile", help="ours to time: loop, vmap, compile (vmap under "
+                   "--compile); vmap of a conv net on a CPU is slow; the table says 'not run' for a mode left out")
     p.add_argument("--no-write", action="store_true", help="print the table only")
     a = p.parse_args(argv)
     device = resolve(a.device)
@@ -165,8 +184,9 @@ def main(argv=None):
             f"reference = benchmarks/reference_sim.py ({reference_doc()}); "
             + ("wall seconds" if device.type == "cuda" else "CPU seconds of this process (the machine is shared; "
                "one thread, so CPU time is the round's cost without the wait for a core)"))
-    rows = ["| model | P | algorithm | K | reference s/round | loop s/round | vmap s/round | client-steps/s (best) "
-            "| speed-up loop | speed-up vmap | peak MiB ref / loop / vmap |", "|" + "---|" * 11]
+    rows = ["| model | P | algorithm | K | reference s/round | loop s/round | vmap s/round | vmap+compile s/round "
+            "| floor s/round | client-steps/s (best) | speed-up loop | speed-up vmap | speed-up compile "
+            "| best possible (reference / floor) | peak MiB ref / loop / vmap / compile |", "|" + "---|" * 15]
     print(head)
     print("\n".join(rows), flush=True)
     for model in a.models.split(","):
@@ -177,16 +197,17 @@ def main(argv=None):
             modes = a.modes.split(",")
             r = measure(runners(model, algo, ds, K, device, ds.augmentable, modes), a.rounds, device)
             s, mb = r["s"], r["mb"]
-            sec = {m: f"{s[m]:.3f}" if m in s else "not run" for m in ("loop", "vmap")}
-            up = {m: f"{s['reference'] / s[m]:.2f}x" if m in s else "" for m in ("loop", "vmap")}
-            mem = " / ".join(f"{mb[m]:.0f}" if m in mb else "-" for m in ("reference", "loop", "vmap"))
+            sec = {m: f"{s[m]:.3f}" if m in s else "not run" for m in MODES}
+            up = {m: f"{s['reference'] / s[m]:.2f}x" if m in s else "" for m in MODES}
+            mem = " / ".join(f"{mb[m]:.0f}" if m in mb else "-" for m in ("reference", *MODES))
             ours = min(s[m] for m in modes)
             row = (f"| {model} | {P:,} | {algo} | {K}{'' if K == 50 else ' (of 50)'} | {s['reference']:.3f} | "
-                   f"{sec['loop']} | {sec['vmap']} | {10 * K / ours:.0f} | {up['loop']} | {up['vmap']} | {mem} |")
+                   + " | ".join(sec[m] for m in MODES) + f" | {s['floor']:.3f} | {10 * K / ours:.0f} | "
+                   + " | ".join(up[m] for m in MODES) + f" | {s['reference'] / s['floor']:.2f}x | {mem} |")
             rows.append(row)
             print(row, flush=True)
     if device.type != "cuda":
-        rows.append("| GPU rows | | | | not measured (no GPU in this session) | | | | | | |")
+        rows.append("| GPU rows | | | | not measured (no GPU in this session) |" + " |" * 10)
     if not a.no_write:
         write(head, rows, device)
 

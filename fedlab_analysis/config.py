@@ -69,6 +69,9 @@ class RunConfig:
     precision: str = _f("fp32", "training arithmetic: fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast of the local "
                         "forward/backward to bfloat16); evaluation, aggregation and state stay in --dtype",
                         choices=("fp32", "tf32", "bf16"))
+    compile: bool = _f(False, "torch.compile the vmapped per-step gradient (needs --client-parallel vmap; the first "
+                       "round pays the compilation, tens of seconds on a CPU; agrees with eager to float tolerance, "
+                       "not bit for bit)")
     threads: int = _f(1, "torch CPU threads set by the command-line entry points (1 is fastest for the small "
                       "models of CPU demos; raise it for CNNs)", lo=1,
                       hi=1024)                         # torch segfaults on absurd counts
@@ -335,7 +338,7 @@ def validate_dict(d: dict, source: str = "config") -> RunConfig:
 
 # How and where a run executes, not what it computes (beyond float tolerance: loop == vmap is tested): run names
 # and caches ignore these, and config.json records the device and the parallel mode as resolved.
-EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device")
+EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device", "compile")
 
 DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,
             "server_momentum": 0.9}

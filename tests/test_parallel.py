@@ -162,3 +162,18 @@ def test_bf16_autocast_is_opt_in_and_close():
             Run(RunConfig(**{**kw, "precision": "tf32"}), dataset=digits())
     with pytest.raises(UserError, match="--precision"):
         RunConfig(**{**kw, "precision": "bf16", "dtype": "float64"}).validate()
+
+
+def test_compile_needs_the_vmapped_step():
+    with pytest.raises(Exception, match="--compile"):
+        Run(RunConfig(**{**BASE, "algo": "fedavg", "client_parallel": "loop", "compile": True}), dataset=digits())
+
+
+@pytest.mark.slow
+def test_compiled_step_agrees_with_eager():
+    # torch.compile of the vmapped gradient (both SAM passes, short padded batches): float tolerance, not bitwise
+    kw = {**BASE, "algo": "fedsam"}
+    eager, _, _ = trajectory("vmap", n_rounds=2, **kw)
+    compiled, run, _ = trajectory("vmap", n_rounds=2, **{**kw, "compile": True})
+    assert run.cfg.compile and run._compiled
+    assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4), (eager - compiled).abs().max()

@@ -139,6 +139,10 @@ class Run:
         if self.parallel == "vmap" and self.bspace.P:
             raise UserError("--client-parallel vmap: this model has BatchNorm running statistics; vmap over clients "
                             "needs a model without them (use --client-parallel loop, or a GroupNorm model)")
+        if cfg.compile and self.parallel != "vmap":
+            raise UserError("--compile: compiles the vmapped step of all active clients; it needs --client-parallel "
+                            f"vmap (this run resolved to {self.parallel})")
+        self._compiled = {}                          # --compile: the vmapped gradient per batch kind, built once
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
         if cfg.precision == "tf32" and self.device.type != "cuda":
@@ -369,12 +373,18 @@ class Run:
         return out
 
     def _vgrad(self, params, xb, yb, W):
-        """Per-client gradients of all active clients in one vmapped call."""
-        if W is None:
-            f = lambda p, xb, yb: self.loss(self._call(p, xb), yb)                     # noqa: E731
-            return torch.func.vmap(torch.func.grad(f))(params, xb, yb)
-        f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
-        return torch.func.vmap(torch.func.grad(f))(params, xb, yb, W)
+        """Per-client gradients of all active clients in one vmapped call (compiled once with --compile)."""
+        key = W is None
+        fn = self._compiled.get(key)
+        if fn is None:
+            if key:
+                f = lambda p, xb, yb: self.loss(self._call(p, xb), yb)                     # noqa: E731
+            else:
+                f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
+            fn = torch.func.vmap(torch.func.grad(f))
+            if self.cfg.compile:
+                fn = self._compiled[key] = torch.compile(fn)
+        return fn(params, xb, yb) if key else fn(params, xb, yb, W)
 
     def step(self, ctx: RoundCtx, x: torch.Tensor, d: torch.Tensor, decay: float) -> None:
         """x <- x (1 - eta c) - eta clip(d) in place (two passes over the active rows); clients past their own

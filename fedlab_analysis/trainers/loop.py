@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint, rundir
-from ..config import RunConfig
+from ..config import EXECUTION, RunConfig
 from ..errors import CheckpointError, Diverged, UserError
 from .engine import Run, with_dataset
 
@@ -61,8 +61,7 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "quiet", "ckpt_every", "eval_every", "eval_samples", "device", "threads",
-                "client_parallel", "state_device", "on_divergence", "tensorboard"}
+_RESUME_FREE = {"rounds", "ckpt_every", "eval_every", "eval_samples", "on_divergence", *EXECUTION}
 
 
 def _diverged(run: Run, row: dict | None) -> str | None:
