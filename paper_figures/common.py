@@ -63,11 +63,18 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     return args
 
 
-def run_script(name: str, compute, doc: str, argv=None) -> dict:
-    """Every script's main: parse the command line, compute, save data.json + fig.png, print the verdicts."""
+def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None) -> dict:
+    """Every script's main: parse the command line, compute (and plot), save data.json + fig.png, print the verdicts.
+    ``compute(seeds, full)`` returns (data, fig), or the data alone when ``plot(data)`` draws the figure;
+    ``summary(data)`` is what is printed (default: the table's verdicts and the overall one)."""
     args = parse_args(doc.split("\n\n")[0], argv)
-    data, fig = compute(args.seeds, args.full)
+    out = compute(args.seeds, args.full)
+    data, fig = (out, plot(out)) if plot is not None else out
     save_result(name, data, fig)
+    if summary is not None:
+        if not args.quiet:
+            print(name, summary(data))
+        return data
     if not args.quiet:
         for t in data["table"]:
             print(f"{t['verdict']:29s} {t['row']}: {t['measured']}")

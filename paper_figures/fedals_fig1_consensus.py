@@ -96,12 +96,8 @@ def plot(res: dict):
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute(args.seeds, args.full)
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        print(NAME, res["verdict"], "test acc", res["test_acc"])
-    return res
+    return common.run_script(NAME, compute, __doc__, argv, plot,
+                             lambda res: f"{res['verdict']} test acc {res['test_acc']}")
 
 
 if __name__ == "__main__":

@@ -96,12 +96,8 @@ def plot(res: dict):
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute(args.seeds, args.full)
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        print(NAME, {k: v["verdict"] for k, v in res["claims"].items()}, res["mean_std"])
-    return res
+    return common.run_script(NAME, compute, __doc__, argv, plot,
+                             lambda res: ({k: v["verdict"] for k, v in res["claims"].items()}, res["mean_std"]))
 
 
 if __name__ == "__main__":

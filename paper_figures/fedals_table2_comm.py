@@ -61,12 +61,8 @@ def plot(res: dict):
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute()
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        print(NAME, res["verdict"], f"max rel. error {res['max_rel_err']:.1e}")
-    return res
+    return common.run_script(NAME, lambda seeds, full: compute(), __doc__, argv, plot,
+                             lambda res: f"{res['verdict']} max rel. error {res['max_rel_err']:.1e}")
 
 
 if __name__ == "__main__":

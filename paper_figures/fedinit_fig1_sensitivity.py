@@ -36,16 +36,21 @@ def late_acc(run: dict, last: int = 10) -> float:
     return float(np.mean([r["test_acc"] for r in run["rows"][-last:]]))
 
 
-def sweep(overrides: list[dict], seeds, full, out_root) -> list[list[float]]:
-    base = FULL if full else QUICK
-    return [[late_acc(r) for r in common.train_seeds({**base, **o}, seeds, out_root, full)] for o in overrides]
+def sweep(overrides: list[dict], seeds, full, out_root) -> tuple[list[list[float]], list[list[bool]]]:
+    """Late accuracy [setting, seed], and whether each run went non-finite: a run that diverges is a data point
+    of this figure, so it goes on (--on-divergence continue) and its rounds are marked."""
+    base = {**(FULL if full else QUICK), "on_divergence": "continue"}
+    runs = [common.train_seeds({**base, **o}, seeds, out_root, full) for o in overrides]
+    return ([[late_acc(r) for r in rs] for rs in runs],
+            [[any("diverged" in row for row in r["rows"]) for r in rs] for rs in runs])
 
 
 def compute(seeds=3, full=False, out_root=None) -> dict:
     out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
     k_key = "local_epochs" if full else "local_steps"
-    acc_k = np.array(sweep([{k_key: k} for k in KS], seeds, full, out_root))          # [K, seed]
-    acc_b = np.array(sweep([{"beta": b} for b in BETAS], seeds, full, out_root))      # [beta, seed]
+    acc_k, _ = sweep([{k_key: k} for k in KS], seeds, full, out_root)
+    acc_b, nonfinite = sweep([{"beta": b} for b in BETAS], seeds, full, out_root)
+    acc_k, acc_b = np.nan_to_num(np.array(acc_k)), np.nan_to_num(np.array(acc_b))   # [K | beta, seed]
     i = 1 + int(np.argmax(acc_k[1:-1].mean(1)))                       # best interior K
     edge = acc_k[[0, -1]][np.argmax(acc_k[[0, -1]].mean(1))]           # the better end
     rise_fall = common.mean_std(acc_k[i] - edge)
@@ -55,6 +60,7 @@ def compute(seeds=3, full=False, out_root=None) -> dict:
     flat_then_diverge = bool(diverged) and len(stable) >= 2 and all(b in stable for b in BETAS if b < min(diverged))
     return {"config": common.config(FULL if full else QUICK, 0, full).to_dict(), "seeds": seeds,
             "K": list(KS), "acc_K": acc_k.tolist(), "beta": list(BETAS), "acc_beta": acc_b.tolist(),
+            "nonfinite_runs": {str(b): int(sum(n)) for b, n in zip(BETAS, nonfinite)},
             "claims": {"optimal_interior_K": {"best_K": KS[i], "effect": rise_fall,
                                               "verdict": common.verdict(*rise_fall)},
                        "flat_then_diverges": {"stable_betas": stable, "diverged_betas": diverged,
@@ -78,17 +84,15 @@ def plot(res: dict):
     common.annotate_verdict(fig, f"an interior K is best: {k['verdict']} (K={k['best_K']}, "
                                  f"{k['effect'][0]:+.3f} ± {k['effect'][1]:.3f} over the better end); flat in beta, "
                                  f"then diverges: {b['verdict']} (at most 2 points below beta=0: {b['stable_betas']}; "
-                                 f"10+ points worse: {b['diverged_betas']})")
+                                 f"10+ points worse: {b['diverged_betas']}); runs whose loss went non-finite: "
+                                 + (", ".join(f"beta={k} ({n} of {res['seeds']})" for k, n in
+                                              res["nonfinite_runs"].items() if n) or "none"))
     return fig
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute(args.seeds, args.full)
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        print(NAME, {k: v["verdict"] for k, v in res["claims"].items()})
-    return res
+    return common.run_script(NAME, compute, __doc__, argv, plot,
+                             lambda res: {k: v["verdict"] for k, v in res["claims"].items()})
 
 
 if __name__ == "__main__":

@@ -101,12 +101,8 @@ def plot(res: dict):
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute(args.seeds, args.full)
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        print(NAME, {a: {k: v["verdict"] for k, v in c.items()} for a, c in res["claims"].items()})
-    return res
+    return common.run_script(NAME, compute, __doc__, argv, plot,
+                             lambda res: {a: {k: v["verdict"] for k, v in c.items()} for a, c in res["claims"].items()})
 
 
 if __name__ == "__main__":

@@ -82,12 +82,9 @@ def plot(res: dict):
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute(args.seeds, args.full)
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        print(NAME, res["verdict"], {a: (r["gain"], r["verdict"]) for a, r in res["rows"].items()})
-    return res
+    return common.run_script(NAME, compute, __doc__, argv, plot,
+                             lambda res: (res["verdict"],
+                                          {a: (r["gain"], r["verdict"]) for a, r in res["rows"].items()}))
 
 
 if __name__ == "__main__":

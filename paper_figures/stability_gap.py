@@ -104,17 +104,15 @@ def plot(res: dict):
     return fig
 
 
+def summary(res: dict) -> str:
+    lines = [f"beta={b:<4} eps_pool={r['summary']['eps_pool_mean']:.3e} delta_T={r['summary']['delta_T_mean']:.3e} "
+             f"r_init_max={r['summary']['r_init_max']} (paper bound {r['summary']['paper_r_init_bound']:.2f}) "
+             f"acc={r['test_acc']:.3f}" for b, r in res["per_beta"].items()]
+    return "\n".join([*lines, f"{res['verdict']} {res['effect_eps_fedavg_minus_fedinit']}"])
+
+
 def main(argv=None):
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
-    res = compute()
-    common.save_result(NAME, res, plot(res))
-    if not args.quiet:
-        for b, r in res["per_beta"].items():
-            s = r["summary"]
-            print(f"beta={b:<4} eps_pool={s['eps_pool_mean']:.3e} delta_T={s['delta_T_mean']:.3e} "
-                  f"r_init_max={s['r_init_max']} (paper bound {s['paper_r_init_bound']:.2f}) acc={r['test_acc']:.3f}")
-        print(NAME, res["verdict"], res["effect_eps_fedavg_minus_fedinit"])
-    return res
+    return common.run_script(NAME, lambda seeds, full: compute(), __doc__, argv, plot, summary)
 
 
 if __name__ == "__main__":
