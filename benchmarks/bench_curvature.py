@@ -168,8 +168,8 @@ def eigen_table(problems, seeds):
 
 def cost_table(problems, reps):
     print("\n## 2. Seconds per Hessian-vector product (median of", reps, "interleaved repeats, one batch)\n")
-    print("| problem | ours keep_graph=False | ours default (graph kept: it fits) | ours torch.func | PyHessian one batch "
-          "(graph kept) | PyHessian data loader | curvlinops |")
+    print("| problem | ours keep_graph=False | ours default (graph kept: it fits) | ours torch.func "
+          "| PyHessian one batch (graph kept) | PyHessian data loader | curvlinops |")
     print("|---|---|---|---|---|---|---|")
     for pb in problems:
         v = torch.randn(pb["P"], generator=torch.Generator().manual_seed(0))

@@ -252,6 +252,7 @@ def arg_type(base: type, **rule):
         if not _in_range(v, rule):
             raise argparse.ArgumentTypeError(f"must be {describe(rule)} (got {s!r})")
         return v
+    parse.base, parse.rule = base, rule               # read back by the fuzz test to generate bad values
     return parse
 
 

@@ -104,7 +104,8 @@ def test_advance_three_twice_equals_six_rounds(tiny_cfg, algo):
 def test_advance_keeps_writing_the_run_directory(tmp_path, tiny_cfg):
     run = train(tiny_cfg(algo="scaffold", rounds=3, eval_every=1), tmp_path / "r")
     run.advance(3)
-    rows = [r["round"] for r in map(__import__("json").loads, (tmp_path / "r/metrics.jsonl").read_text().split("\n")[:-1])]
+    lines = (tmp_path / "r/metrics.jsonl").read_text().split("\n")[:-1]
+    rows = [r["round"] for r in map(__import__("json").loads, lines)]
     assert rows == [1, 2, 3, 4, 5, 6]
     ck = checkpoint.load(tmp_path / "r")
     assert ck["round"] == 6 and ck["config"]["rounds"] == 6

@@ -297,10 +297,15 @@ def probe_cases():
             f = act.option_strings[0]
             if act.choices:
                 cases.append(([name, ck, f, "bogus"], f))
-            if act.type is int:
+            base, rule = getattr(act.type, "base", act.type), getattr(act.type, "rule", {})
+            if base is int:
                 cases += [([name, ck, f, "abc"], f), ([name, ck, f, "2.5"], f), ([name, ck, f, "-1"], f)]
-            if act.type is float:
+            if base is float:
                 cases += [([name, ck, f, "abc"], f), ([name, ck, f, "nan"], f), ([name, ck, f, "inf"], f)]
+            if base in (int, float) and rule.get("lo") is not None:        # just below a declared range
+                cases.append(([name, ck, f, str(rule["lo"] - 1)], f))
+            if base in (int, float) and rule.get("hi") is not None:
+                cases.append(([name, ck, f, str(rule["hi"] * 10 + 1)], f))
     return cases
 
 

@@ -13,7 +13,8 @@ from fedlab_analysis.data import Dataset
 from fedlab_analysis.models import build_model
 from fedlab_analysis.trainers.engine import Run
 
-_spec = importlib.util.spec_from_file_location("reference_sim", Path(__file__).parents[1] / "benchmarks/reference_sim.py")
+_spec = importlib.util.spec_from_file_location("reference_sim",
+                                               Path(__file__).parents[1] / "benchmarks/reference_sim.py")
 reference_sim = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference_sim)
 

@@ -184,7 +184,8 @@ def test_training_hook_logs_global_and_local_sharpness(tiny_cfg):
     ix = run.eval_train
     again = S.global_sharpness(run.forward, run.w, run.X[ix], run.Y[ix], run.cfg.hp("rho"))
     assert rounds[-1]["sharpness_global"] == pytest.approx(again["sharpness"], rel=1e-12)
-    assert rounds[-1]["rho"] == run.cfg.hp("rho") and rounds[-1]["sharpness_local_max"] >= rounds[-1]["sharpness_local_mean"]
+    assert rounds[-1]["rho"] == run.cfg.hp("rho")
+    assert rounds[-1]["sharpness_local_max"] >= rounds[-1]["sharpness_local_mean"]
     json.dumps(hook.rows)
 
 

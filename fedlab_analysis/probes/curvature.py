@@ -31,6 +31,7 @@ from ..errors import UserError
 from ..params import ParamSpace
 from .hvp import HessianOperator, MatrixOperator, Operator
 from .lanczos import density, smooth_density, top_eigenvalues, trace
+from ..config import arg_type
 
 __all__ = ["HessianOperator", "MatrixOperator", "Operator", "top_eigenvalues", "trace", "density",
            "per_layer", "layer_specs", "plot_eigenvalues", "plot_density", "plot_per_layer", "CLI"]
@@ -296,7 +297,7 @@ def _add_common(p):
     p.add_argument("--per-layer", action="store_true", help="one result per layer (see --by)")
     p.add_argument("--by", default=None, choices=["block", "param", "group"],
                    help="what --per-layer calls a layer (default: block = a weight with its bias)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=None,
                    help="HVP chunk size over the data, memory only (default: 1000)")
     p.add_argument("--minibatch", type=int, default=None, metavar="N",
                    help="the Hessian of ONE seeded mini-batch of N samples instead of the whole data")

@@ -33,6 +33,7 @@ from torch import Tensor
 from ..errors import UserError
 from .common import full_gradient  # noqa: F401  (re-exported)
 from .consensus import wanted
+from ..config import arg_type
 
 
 # ---- vectors ------------------------------------------------------------------------------------------
@@ -267,7 +268,8 @@ def plot(q: dict, title: str | None = None):
 
 
 def add_arguments(p):
-    p.add_argument("--batch-size", type=int, default=1024, help="chunk of the full-gradient pass (memory only)")
+    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=1024,
+                   help="chunk of the full-gradient pass (memory only)")
 
 
 def run(args, bundle):

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..params import Layer, ParamSpace
+from ..config import arg_type
 
 LI_LEVELS = (0.1, 10.0, 0.5)  # Li et al. plot_2D.py: contour levels arange(vmin, vmax, vlevel)
 
@@ -512,7 +513,7 @@ def add_arguments(p):
                    help="clients plane: two client ids I,J (default: the two that trained last)")
     p.add_argument("--extend", type=float, default=None,
                    help="with --other: how far to continue past each model (default: 0.25)")
-    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=None, metavar="N",
                    help="samples per forward pass and per Hessian-vector chunk of --plane hessian (memory only; "
                         "default: 16384 // batch-points per forward, 1000 per HVP chunk)")
     p.add_argument("--vmax", type=float, default=None, help="with --plot: clip the colour scale at this loss")

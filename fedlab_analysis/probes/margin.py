@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..config import arg_type
 
 OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 DENSE_LIMIT = 1 << 22            # entries of the dense operator below which the spectral norm is exact
@@ -185,14 +186,15 @@ def margin_bound(model: nn.Module, space, theta: torch.Tensor, X: torch.Tensor, 
 def add_arguments(p):
     p.add_argument("--margin", type=float, default=None,
                    help="margin eps (default: the --quantile of the positive margins)")
-    p.add_argument("--quantile", type=float, default=None,
+    p.add_argument("--quantile", type=arg_type(float, lo=0, hi=1), default=None,
                    help="margin quantile used when --margin is not given (default: 0.1)")
     p.add_argument("--p", type=float, default=0.05, help="confidence 1 - p")
     p.add_argument("--perturb", choices=("auto", "none", "state", "sam"), default="auto",
                    help="s: FedSMOO's global s from the checkpoint (state), a one-step SAM perturbation rho g/||g|| "
                         "on the data (sam), none; auto = state when the checkpoint has s, else none")
     p.add_argument("--rho", type=float, default=None, help="radius of --perturb sam (default: training rho)")
-    p.add_argument("--width", type=int, default=None, help="d (default: the largest layer operator dimension)")
+    p.add_argument("--width", type=arg_type(int, lo=1), default=None,
+                   help="d (default: the largest layer operator dimension)")
 
 
 def run(args, b):

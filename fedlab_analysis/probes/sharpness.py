@@ -26,6 +26,7 @@ import torch.nn.functional as Fn
 
 from ..errors import UserError
 from .common import client_weights
+from ..config import arg_type
 
 LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
 METHODS = ("one_step", "ascent", "quadratic")
@@ -331,7 +332,7 @@ def add_arguments(p):
                    "local models (needs a checkpoint that kept them)")
     p.add_argument("--weights", choices=("uniform", "size"), default=None,
                    help="client weights p_i of --local (default: uniform)")
-    p.add_argument("--batch-size", type=int, default=4096, help="samples per forward pass")
+    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=4096, help="samples per forward pass")
 
 
 def run(args, b):

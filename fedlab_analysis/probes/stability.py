@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..config import arg_type
 
 
 # ---- generalization gap ------------------------------------------------------------------------------------
@@ -262,7 +263,7 @@ def add_arguments(p):
     p.add_argument("--pairs", type=int, default=None,
                    help="neighbouring data sets (client i*, sample j*) to draw (default: 1)")
     p.add_argument("--client", type=int, default=None, help="client i* whose sample is replaced (default: random)")
-    p.add_argument("--pool", type=int, default=None,
+    p.add_argument("--pool", type=arg_type(int, lo=1), default=None,
                    help="test points over which |f(w;z) - f(w~;z)| is taken (default: 1000)")
 
 
