@@ -238,13 +238,14 @@ PROGRESS = False     # progress bars on stderr: the probe command line turns the
 
 
 def bar(total: int | None, desc: str, unit: str = "it"):
-    """A tqdm progress bar on stderr naming what is being counted (silent unless PROGRESS; it appears after one
-    second, so quick probes and one-line errors stay clean)."""
+    """A tqdm progress bar on stderr naming what is being counted (silent unless PROGRESS, and, like the trainer's,
+    when stderr is not a terminal: logs and captured output stay clean; it appears after one second, so quick
+    probes and one-line errors stay clean too)."""
     import sys
 
     from tqdm import tqdm                 # tqdm.auto would warn in Jupyter without ipywidgets
-    return tqdm(total=total, desc=desc, unit=unit, disable=not PROGRESS, file=sys.stderr, leave=False,
-                dynamic_ncols=True, delay=1.0)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not PROGRESS or not sys.stderr.isatty(), file=sys.stderr,
+                leave=False, dynamic_ncols=True, delay=1.0)
 
 
 def refuse(args, names, why: str) -> None:
