@@ -246,6 +246,21 @@ def check_thm43_tau(K=5, d=10, T=200, b=4, eta=0.05, lam=0.0, taus=(1, 2, 5, 10,
                    HOLDS if z_ex > 3 else VIOLATED if z_ex < -3 else INCONCLUSIVE, z_ex, det)]
 
 
+def participation_schemes(K, Khat, Kw):
+    """The participation meta-distribution P of App. C as (probability, K_hat weights over all K clients):
+    Case I (Lemma C.1) K_hat draws with replacement from K, 1/K_hat per draw (a client drawn twice counts
+    twice); Case II (Lemma C.2) K_hat of K without replacement, uniform, K_hat(k) = K(k) K / K_hat."""
+    case1 = [(float(np.prod(Kw[list(seq)])), np.bincount(seq, minlength=K) / Khat)
+             for seq in itertools.product(range(K), repeat=Khat)]
+    subsets = list(itertools.combinations(range(K), Khat))
+    case2 = []
+    for sub in subsets:
+        w = np.zeros(K)
+        w[list(sub)] = Kw[list(sub)] * K / Khat
+        case2.append((1 / len(subsets), w))
+    return {"I": case1, "II": case2}
+
+
 def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[Claim]:
     """Lemmas C.1/C.2 by exact enumeration of the participation meta-distribution P, and the participation
     gap [71]: zero in expectation for a model fixed before sampling, but not for the aggregate of the
@@ -254,22 +269,12 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
     Kw = rng.dirichlet(np.ones(K))                                         # non-uniform weights K(k)
     x = rng.standard_normal(K)
     E = lambda w, v: float(np.sum(w * v))                                   # E_{k~w} v_k
-    # Case I: K_hat draws with replacement from K, weight 1/K_hat per draw (the paper's reading)
-    I_draw, I_merge = np.zeros(3), np.zeros(3)
-    for seq in itertools.product(range(K), repeat=Khat):
-        pr = np.prod(Kw[list(seq)])
-        xs = x[list(seq)]
-        I_draw += pr * np.array([xs.mean(), xs.sum() / Khat ** 2, xs.sum() / Khat ** 3])
-        w = np.bincount(seq, minlength=K) / Khat                         # duplicates merged: weight c_k/K_hat
-        I_merge += pr * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)])
+    sch = participation_schemes(K, Khat, Kw)
+    # Case I: the paper's reading weighs each draw 1/K_hat, so sum_draws K_hat(k)^j x_k = (sum_k w_k x_k)/K_hat^j
+    I_draw = sum(p * np.array([E(w, x), E(w, x) / Khat, E(w, x) / Khat ** 2]) for p, w in sch["I"])
+    I_merge = sum(p * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) for p, w in sch["I"])  # merged
     I_claim = np.array([E(Kw, x), E(Kw, x) / Khat, E(Kw, x) / Khat ** 2])
-    # Case II: K_hat of K without replacement, uniform, weights K(k) K / K_hat
-    II = np.zeros(3)
-    subsets = list(itertools.combinations(range(K), Khat))
-    for sub in subsets:
-        w = np.zeros(K)
-        w[list(sub)] = Kw[list(sub)] * K / Khat
-        II += np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) / len(subsets)
+    II = sum(p * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) for p, w in sch["II"])
     II_claim = np.array([E(Kw, x), K / Khat * E(Kw, Kw * x), (K / Khat) ** 2 * E(Kw, Kw ** 2 * x)])
     err_I, err_II = float(np.abs(I_draw - I_claim).max()), float(np.abs(II - II_claim).max())
     err_merge = float(np.abs(I_merge - I_claim).max())
@@ -279,12 +284,11 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
     fixed = o.avg
     gap_fixed = torch.zeros(R, dtype=DT)
     gap_agg = torch.zeros(R, dtype=DT)
-    for sub in subsets:
-        m = torch.zeros(K, dtype=DT)
-        m[list(sub)] = 1.0
+    for p, w in participation_schemes(K, Khat, np.full(K, 1 / K))["II"]:
+        m = torch.as_tensor(w > 0, dtype=DT)                 # weights 1/K_hat, kept exact for identical clients
         agg = (o.th * m[:, None]).sum(-2) / Khat
-        gap_fixed += (pop_k(fixed).mean(-1) - (pop_k(fixed) * m).sum(-1) / Khat) / len(subsets)
-        gap_agg += (pop_k(agg).mean(-1) - (pop_k(agg) * m).sum(-1) / Khat) / len(subsets)
+        gap_fixed += p * (pop_k(fixed).mean(-1) - (pop_k(fixed) * m).sum(-1) / Khat)
+        gap_agg += p * (pop_k(agg).mean(-1) - (pop_k(agg) * m).sum(-1) / Khat)
     err_fixed = float(gap_fixed.abs().max())
     v_agg, z_agg = _agree(gap_agg)
     det = {"K": K, "K_hat": Khat, "weights": Kw.tolist(), "x": x.tolist(), "caseI": I_draw.tolist(),
@@ -302,21 +306,6 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
             _claim("eq71-gap-agg", "participation gap has zero mean for the aggregate of the participants",
                    "Eq. (71) applied to A(S) under partial participation", "E_P E_S gap = 0 (|z| <= 3)",
                    f"mean gap {float(gap_agg.mean()):.3g}, z = {z_agg:.1f}", v_agg, z_agg, det)]
-
-
-def participation_schemes(K, Khat, Kw):
-    """The participation meta-distribution P of App. C as (probability, K_hat weights over all K clients):
-    Case I (Lemma C.1) K_hat draws with replacement from K, 1/K_hat per draw (a client drawn twice counts
-    twice); Case II (Lemma C.2) K_hat of K without replacement, uniform, K_hat(k) = K(k) K / K_hat."""
-    case1 = [(float(np.prod(Kw[list(seq)])), np.bincount(seq, minlength=K) / Khat)
-             for seq in itertools.product(range(K), repeat=Khat)]
-    subsets = list(itertools.combinations(range(K), Khat))
-    case2 = []
-    for sub in subsets:
-        w = np.zeros(K)
-        w[list(sub)] = Kw[list(sub)] * K / Khat
-        case2.append((1 / len(subsets), w))
-    return {"I": case1, "II": case2}
 
 
 def partial_bound(L, mu, Kw, Khat, case, gen_k, delta_k):
