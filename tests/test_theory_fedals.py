@@ -73,3 +73,33 @@ def test_table2_communication_arithmetic():
     c = fedals.check_comm_table2()
     assert c.verdict == HOLDS and c.value < 5e-4
     assert fedals.check_comm_table2(h=6500).verdict == VIOLATED             # a wrong head size is caught
+
+
+def test_participation_schemes_are_distributions_and_match_lemmas():
+    Kw = np.random.default_rng(0).dirichlet(np.ones(4))
+    x = np.random.default_rng(1).standard_normal(4)
+    sch = fedals.participation_schemes(4, 2, Kw)
+    assert abs(sum(p for p, _ in sch["I"]) - 1) < 1e-12 and abs(sum(p for p, _ in sch["II"]) - 1) < 1e-12
+    assert all(abs(w.sum() - 1) < 1e-12 for _, w in sch["I"])              # 1/K_hat per draw sums to one
+    # Lemma C.1's first identity through the weights the check aggregates with: E_P sum_k w_k x_k = E_K x
+    assert abs(sum(p * (w * x).sum() for p, w in sch["I"]) - (Kw * x).sum()) < 1e-10
+    u = np.full(4, 0.25)
+    assert abs(sum(p * (w * w * x).sum() for p, w in fedals.participation_schemes(4, 2, u)["II"])
+               - 4 / 2 * (u * u * x).sum()) < 1e-10                           # Lemma C.2, uniform K
+
+
+def test_partial_bound_closed_form():
+    g, dl = torch.tensor([0.3, 0.5, 0.2], dtype=DT), torch.tensor([0.4, 0.1, 0.9], dtype=DT)
+    u = np.full(3, 1 / 3)
+    want = sum((4.0 / 4 * g[k] + 2 * 2 * 0.5 * (dl[k] * g[k]).sqrt()) / 3 for k in range(3))   # L/mu = 4, K_hat = 2
+    assert abs(fedals.partial_bound(4.0, 1.0, u, 2, "I", g, dl) - float(want)) < 1e-12
+    assert abs(fedals.partial_bound(4.0, 1.0, u, 2, "II", g, dl) - float(want)) < 1e-12     # equal for uniform K
+
+
+def test_partial_participation_bounds_73_74():
+    b73, b74 = fedals.check_partial_bounds(R=100)
+    for c in (b73, b74):
+        assert c.verdict == HOLDS and c.slack > 1 and c.regime.startswith("inside")
+        iid, het = c.details["rows"]
+        assert abs(iid["participation_gap"]) < 1e-12                        # identical clients: no gap
+        assert het["participation_gap"] > het["out_of_sample"] > 0          # (71) fails; the bound holds anyway

@@ -246,6 +246,21 @@ def check_thm43_tau(K=5, d=10, T=200, b=4, eta=0.05, lam=0.0, taus=(1, 2, 5, 10,
                    HOLDS if z_ex > 3 else VIOLATED if z_ex < -3 else INCONCLUSIVE, z_ex, det)]
 
 
+def participation_schemes(K, Khat, Kw):
+    """The participation meta-distribution P of App. C as (probability, K_hat weights over all K clients):
+    Case I (Lemma C.1) K_hat draws with replacement from K, 1/K_hat per draw (a client drawn twice counts
+    twice); Case II (Lemma C.2) K_hat of K without replacement, uniform, K_hat(k) = K(k) K / K_hat."""
+    case1 = [(float(np.prod(Kw[list(seq)])), np.bincount(seq, minlength=K) / Khat)
+             for seq in itertools.product(range(K), repeat=Khat)]
+    subsets = list(itertools.combinations(range(K), Khat))
+    case2 = []
+    for sub in subsets:
+        w = np.zeros(K)
+        w[list(sub)] = Kw[list(sub)] * K / Khat
+        case2.append((1 / len(subsets), w))
+    return {"I": case1, "II": case2}
+
+
 def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[Claim]:
     """Lemmas C.1/C.2 by exact enumeration of the participation meta-distribution P, and the participation
     gap [71]: zero in expectation for a model fixed before sampling, but not for the aggregate of the
@@ -254,22 +269,12 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
     Kw = rng.dirichlet(np.ones(K))                                         # non-uniform weights K(k)
     x = rng.standard_normal(K)
     E = lambda w, v: float(np.sum(w * v))                                   # E_{k~w} v_k
-    # Case I: K_hat draws with replacement from K, weight 1/K_hat per draw (the paper's reading)
-    I_draw, I_merge = np.zeros(3), np.zeros(3)
-    for seq in itertools.product(range(K), repeat=Khat):
-        pr = np.prod(Kw[list(seq)])
-        xs = x[list(seq)]
-        I_draw += pr * np.array([xs.mean(), xs.sum() / Khat ** 2, xs.sum() / Khat ** 3])
-        w = np.bincount(seq, minlength=K) / Khat                         # duplicates merged: weight c_k/K_hat
-        I_merge += pr * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)])
+    sch = participation_schemes(K, Khat, Kw)
+    # Case I: the paper's reading weighs each draw 1/K_hat, so sum_draws K_hat(k)^j x_k = (sum_k w_k x_k)/K_hat^j
+    I_draw = sum(p * np.array([E(w, x), E(w, x) / Khat, E(w, x) / Khat ** 2]) for p, w in sch["I"])
+    I_merge = sum(p * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) for p, w in sch["I"])  # merged
     I_claim = np.array([E(Kw, x), E(Kw, x) / Khat, E(Kw, x) / Khat ** 2])
-    # Case II: K_hat of K without replacement, uniform, weights K(k) K / K_hat
-    II = np.zeros(3)
-    subsets = list(itertools.combinations(range(K), Khat))
-    for sub in subsets:
-        w = np.zeros(K)
-        w[list(sub)] = Kw[list(sub)] * K / Khat
-        II += np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) / len(subsets)
+    II = sum(p * np.array([E(w, x), E(w, w * x), E(w, w ** 2 * x)]) for p, w in sch["II"])
     II_claim = np.array([E(Kw, x), K / Khat * E(Kw, Kw * x), (K / Khat) ** 2 * E(Kw, Kw ** 2 * x)])
     err_I, err_II = float(np.abs(I_draw - I_claim).max()), float(np.abs(II - II_claim).max())
     err_merge = float(np.abs(I_merge - I_claim).max())
@@ -279,12 +284,11 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
     fixed = o.avg
     gap_fixed = torch.zeros(R, dtype=DT)
     gap_agg = torch.zeros(R, dtype=DT)
-    for sub in subsets:
-        m = torch.zeros(K, dtype=DT)
-        m[list(sub)] = 1.0
+    for p, w in participation_schemes(K, Khat, np.full(K, 1 / K))["II"]:
+        m = torch.as_tensor(w > 0, dtype=DT)                 # weights 1/K_hat, kept exact for identical clients
         agg = (o.th * m[:, None]).sum(-2) / Khat
-        gap_fixed += (pop_k(fixed).mean(-1) - (pop_k(fixed) * m).sum(-1) / Khat) / len(subsets)
-        gap_agg += (pop_k(agg).mean(-1) - (pop_k(agg) * m).sum(-1) / Khat) / len(subsets)
+        gap_fixed += p * (pop_k(fixed).mean(-1) - (pop_k(fixed) * m).sum(-1) / Khat)
+        gap_agg += p * (pop_k(agg).mean(-1) - (pop_k(agg) * m).sum(-1) / Khat)
     err_fixed = float(gap_fixed.abs().max())
     v_agg, z_agg = _agree(gap_agg)
     det = {"K": K, "K_hat": Khat, "weights": Kw.tolist(), "x": x.tolist(), "caseI": I_draw.tolist(),
@@ -302,6 +306,67 @@ def check_participation(K=5, Khat=3, n=30, d=5, het=1.0, R=400, seed=0) -> list[
             _claim("eq71-gap-agg", "participation gap has zero mean for the aggregate of the participants",
                    "Eq. (71) applied to A(S) under partial participation", "E_P E_S gap = 0 (|z| <= 3)",
                    f"mean gap {float(gap_agg.mean()):.3g}, z = {z_agg:.1f}", v_agg, z_agg, det)]
+
+
+def partial_bound(L, mu, Kw, Khat, case, gen_k, delta_k):
+    """Eq. (73) (Case I) or Eq. (74) (Case II): E_{k~K}[c_k^2 (L/mu) EDelta_k + 2 sqrt(L/mu) c_k
+    sqrt(Edelta_k EDelta_k)] with c_k = 1/K_hat (73) or K(k) K / K_hat (74)."""
+    Kw = torch.as_tensor(Kw, dtype=DT)
+    c = torch.full_like(Kw, 1 / Khat) if case == "I" else Kw * len(Kw) / Khat
+    per_k = L / mu * c ** 2 * gen_k + 2 * math.sqrt(L / mu) * c * (delta_k.clamp(min=0) * gen_k.clamp(min=0)).sqrt()
+    return float((Kw * per_k).sum())
+
+
+def check_partial_bounds(K=5, Khat=3, n=30, d=5, hets=(0.0, 1.0), R=400, seed=0) -> list[Claim]:
+    """App. C bounds (73), (74) by exact enumeration of P: LHS = E_P E_S Delta_A(S) of Eq. (61), i.e.
+    R(A(S)) - R_S^{K_hat}(A(S)) with A(S) the K_hat-weighted aggregate of the participants' local ERMs.
+    EDelta_k is client k's local-ERM gap; Edelta_k = E[R_{S_k}(A(S)) - R_{S_k}(A_k(S_k))] over the draws of P
+    in which k participates (delta_k is only defined for participants). Case I uses non-uniform Dirichlet
+    weights K(k); Case II uses uniform K(k) = 1/K (only then are K(k) K / K_hat a distribution)."""
+    Kw_rand = np.random.default_rng([seed, 7]).dirichlet(np.ones(K))
+    rows = {"I": [], "II": []}
+    for het in hets:
+        o = OneRound(K, n, d, het=het, R=R, seed=seed)
+        pop = lambda th: o.task.risk(th) + 0.5 * o.lam * th.pow(2).sum(-1, keepdim=True)    # [R, K]
+        erm = o.P.loss(o.th)                                                               # R_{S_k}(A_k(S_k))
+        gen_k = ((o.task.risk(o.th).diagonal(dim1=-2, dim2=-1) + 0.5 * o.lam * o.th.pow(2).sum(-1)) - erm).mean(0)
+        for case, Kw in (("I", Kw_rand), ("II", np.full(K, 1 / K))):
+            lhs = oos = torch.zeros(R, dtype=DT)
+            d_sum, d_cnt = torch.zeros(K, dtype=DT), torch.zeros(K, dtype=DT)
+            for p, w in participation_schemes(K, Khat, Kw)[case]:
+                w = torch.as_tensor(w, dtype=DT)
+                agg = (o.th * w[:, None]).sum(-2)                                             # A(S) [R, d]
+                emp = o.P.loss(o.P.at(agg))                                                   # [R, K]
+                risk_k = pop(agg)
+                lhs = lhs + p * ((risk_k * torch.as_tensor(Kw, dtype=DT)).sum(-1) - (emp * w).sum(-1))
+                oos = oos + p * ((risk_k - emp) * w).sum(-1)                                  # out-of-sample gap
+                part = (w > 0).to(DT)
+                d_sum, d_cnt = d_sum + p * part * (emp - erm).mean(0), d_cnt + p * part
+            delta_k = d_sum / d_cnt
+            rhs = partial_bound(o.L, o.mu, Kw, Khat, case, gen_k, delta_k)
+            rows[case].append({"het": het, "gen": float(lhs.mean()), "gen_se": float(lhs.std() / math.sqrt(R)),
+                               "out_of_sample": float(oos.mean()), "participation_gap": float((lhs - oos).mean()),
+                               "bound": rhs, "L": o.L, "mu": o.mu})
+    out = []
+    for case, eq, lemma in (("I", "73", "C.1"), ("II", "74", "C.2")):
+        rs = rows[case]
+        ratio = max(r["gen"] / r["bound"] for r in rs)
+        worst = max(rs, key=lambda r: r["gen"] / r["bound"])
+        oos_ratio = max(r["out_of_sample"] / r["bound"] for r in rs)
+        out.append(_claim(
+            f"bound{eq}", f"partial participation Case {case} bound on E_P E_S Delta_A(S)",
+            f"App. C / Eq. ({eq}) with Lemma {lemma}", "E gen <= bound at every heterogeneity",
+            "; ".join(f"het {r['het']:g}: gen {r['gen']:.3g} (participation gap {r['participation_gap']:.3g}, "
+                      f"out-of-sample {r['out_of_sample']:.3g}) vs bound {r['bound']:.3g}" for r in rs),
+            bound(ratio, 1.0), ratio, {"rows": rs, "K": K, "K_hat": Khat, "n": n, "d": d, "R": R,
+                                       "weights": (Kw_rand if case == "I" else np.full(K, 1 / K)).tolist(),
+                                       "worst_het": worst["het"], "out_of_sample_over_bound": oos_ratio,
+                                       "regime": "l mu-strongly convex and L-smooth, local ERM, "
+                                       + ("K_hat draws with replacement" if case == "I"
+                                          else "K_hat of K without replacement, uniform K(k)"),
+                                       "in_regime": True},
+            slack=slack(worst["gen"], worst["bound"])))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -334,5 +399,6 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
     claims.append(check_thm_b1(seed=seed, R=300 if quick else 2000))
     claims += check_thm43_tau(seed=seed, R=60 if quick else 400, out_dir=out_dir)
     claims += check_participation(seed=seed, R=300 if quick else 2000)
+    claims += check_partial_bounds(seed=seed, R=200 if quick else 2000)
     claims.append(check_comm_table2())            # arithmetic on the paper's table: the same on every seed
     return claims
