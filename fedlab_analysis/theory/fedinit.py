@@ -369,6 +369,13 @@ def _stability_problem(C, S, d, pairs, seed):
     return LeastSquares(torch.stack([X, Xn]).unsqueeze(1), torch.stack([y, yn]).unsqueeze(1), 0.0, task), task
 
 
+def _probe(task, d, seed):
+    """The probe pool for sup_z |f(w; z) - f(w~; z)| (50 points per client) and the per-point loss [..., pool]."""
+    Xp, yp = task.sample(50, np.random.default_rng([seed, 9]))
+    Xp, yp = Xp.reshape(-1, d), yp.reshape(-1)
+    return Xp, yp, lambda v: 0.5 * ((v @ Xp.T) - yp).pow(2)
+
+
 def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0.1), N=4, c=0.2, seed=0,
                     out_dir=None) -> list[Claim]:
     """M4: coupled runs on neighbouring data sets (same participation and minibatch draws for every pair and
@@ -380,9 +387,7 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0
     prob, task = _stability_problem(C, S, d, pairs, seed)
     nb, L = len(betas), prob.L_sample
     bt = torch.tensor(betas, dtype=DT).reshape(1, nb, 1)
-    Xp, yp = task.sample(50, np.random.default_rng([seed, 9]))            # probe pool, 50 points per client
-    Xp, yp = Xp.reshape(-1, d), yp.reshape(-1)
-    loss = lambda v: 0.5 * ((v @ Xp.T) - yp).pow(2)                        # [..., pool]
+    Xp, yp, loss = _probe(task, d, seed)
     runs = {agg: simulate(prob, beta=bt, K=K, eta=c / L, T=T, N=N, batch=(2, nb, pairs), rshape=(1, pairs),
                           mb=1, decay=lambda t: 1.0 / (t + 1), seed=seed, w0=torch.zeros(d, dtype=DT),
                           agg=agg)
@@ -636,12 +641,10 @@ def check_stability_CS_N(C=20, Ss=(20, 40, 80, 160), Ns=(2, 4, 8, 16), d=5, K=10
     when it lies below cKL/(1+cKL) and reaches 0 (no significant growth, and not the predicted one)."""
     def eps(S, N):
         prob, task = _stability_problem(C, S, d, pairs, seed)
-        Xp, yp = task.sample(50, np.random.default_rng([seed, 9]))
-        Xp, yp = Xp.reshape(-1, d), yp.reshape(-1)
+        loss = _probe(task, d, seed)[2]
         r = simulate(prob, beta=torch.zeros(1, 1, 1, dtype=DT), K=K, eta=c / prob.L_sample, T=T, N=N,
                      batch=(2, 1, pairs), rshape=(1, pairs), mb=1, decay=lambda t: 1.0 / (t + 1), seed=seed,
                      w0=torch.zeros(d, dtype=DT))
-        loss = lambda v: 0.5 * ((v @ Xp.T) - yp).pow(2)
         e = (loss(r["w"][-1, 0]) - loss(r["w"][-1, 1])).abs().max(-1).values.reshape(groups, -1).mean(-1)
         return e.numpy()                                                     # [groups]
     eS, eN = np.stack([eps(S, N_S) for S in Ss]), np.stack([eps(S_N, N) for N in Ns])
