@@ -1,4 +1,7 @@
-"""FedInit theory checks (Alg. 1, Thms 12, 15, 19, Remark 14): closed forms to 1e-10 and their verdicts."""
+"""FedInit theory checks (Alg. 1, Thms 1, 6, 9, 12, 15, 17, 19, Remark 14, Tables 4, 6): closed forms to 1e-10
+and their verdicts."""
+
+import torch
 
 from fedlab_analysis.theory import fedinit
 from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
@@ -94,3 +97,43 @@ def test_ri_transient_alternates_on_the_trainer():
     c = fedinit.check_oscillation(T=4, betas=(0.0, 0.5))
     assert c.verdict == HOLDS and c.value < 1e-10
     assert max(c.details["results"][0.5]["cos_consecutive"]) < 0 and max(c.details["results"][0.0]["u_norm"]) < 1e-10
+
+
+def test_thm6_thm9_hold_in_regime_and_constants_are_exact():
+    thm6, thm9 = fedinit.check_thm6_thm9(T=60, R=4)
+    for c in (thm6, thm9):
+        assert c.verdict == HOLDS and c.regime.startswith("inside") and c.slack >= 1
+    d = thm9.details
+    assert d["R_beta"] == 228 * d["mu_PL"] * d["gamma_beta"] ** 2 * d["beta"] ** 2 * d["a2"] * d["b2"]
+    prob, *_ = fedinit._interp_problem(10, 5, 5, 0.25, 0)
+    w = torch.randn(7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    gap = prob.f(w) - prob.f_star                 # PL in the paper's form: mu (f - f*) <= ||grad f||^2, tight
+    assert bool((d["mu_PL"] * gap <= fedinit._grad_sq(prob, w) * (1 + 1e-12)).all())
+    v = torch.linalg.eigh(prob.A_bar).eigenvectors[:, 0] + prob.x_star
+    assert abs(float(d["mu_PL"] * (prob.f(v) - prob.f_star) - fedinit._grad_sq(prob, v))) < 1e-10
+    assert fedinit.check_thm6_thm9(T=20, R=2, beta=0.2)[0].verdict == OUTSIDE     # beta > 1/sqrt(39)
+
+
+def test_thm1_thm17_evaluated_at_lambda_half_with_exact_noise_constants():
+    thm1, thm17 = fedinit.check_thm1_thm17(T=40, R=4)
+    assert thm1.verdict == HOLDS and thm17.verdict == HOLDS
+    d = thm1.details
+    prob = fedinit.make_quadratics(20, 5, shared=True, L=1.0, mu=0.1, seed=0)
+    sg2 = sum(float((prob.A[0] @ (prob.b[i] - prob.b.mean(0))).pow(2).sum()) for i in range(20)) / 20
+    assert abs(d["sigma_g2"] - sg2) < 1e-10 and d["sigma"] == d["sigma_l2"] + 6 * d["K"] * d["sigma_g2"]
+    assert abs(d["kappa"] - (8 + 78 * 0.05 ** 2 / (1 - 141 * 0.05 ** 2))) < 1e-12
+    assert fedinit.check_thm1_thm17(T=10, R=2, beta=0.08)[0].verdict == OUTSIDE    # beta > 1/sqrt(189)
+
+
+def test_stability_in_S_and_N_rows():
+    cs, n = fedinit.check_stability_CS_N(T=20, pairs=8, groups=2, Ss=(20, 80), Ns=(2, 8))
+    assert cs.id == "stab-CS" and n.id == "stab-N" and cs.kind == n.kind == "finding"
+    assert len(cs.details["eps_S"]) == 2 and all(e >= 0 for e in cs.details["eps_S"] + n.details["eps_N"])
+
+
+def test_tables_bookkeeping_and_ri_never_hurts():
+    same, hurts = fedinit.check_tables()
+    assert same.verdict == HOLDS and hurts.verdict == VIOLATED and hurts.value == -0.52   # FedDyn, 10%-100 Dir-0.6
+    t6 = {m: (p, tuple(x + 1 for x in ri)) for m, (p, ri) in fedinit.TABLE6.items()}     # the checks have teeth
+    same2, hurts2 = fedinit.check_tables(t6=t6)
+    assert same2.verdict == VIOLATED and same2.value == 4 and hurts2.verdict == HOLDS
