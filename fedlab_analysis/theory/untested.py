@@ -6,15 +6,12 @@ Reasons, in short:
   networks. The trainer (``python -m fedlab_analysis.train``) and the probes can run scaled-down versions;
   a convex toy has nothing to say about them.
 - "constant not given": the theorem hides its constants in O(.), so LHS <= RHS cannot be evaluated.
-- "not implemented yet": checkable on a toy, but no check is written; listed so that it is not mistaken for
-  a verified claim.
 """
 from __future__ import annotations
 
 from .claims import NOT_CHECKED, Claim
 
 IMAGE = "needs image-scale training (deep network, real data): run it with the trainer, not a toy"
-NOT_YET = "checkable on a toy, not implemented yet"
 
 ROWS = {
     "fedsmoo": [
