@@ -142,7 +142,7 @@ class Run:
         if cfg.compile and self.parallel != "vmap":
             raise UserError("--compile: compiles the vmapped step of all active clients; it needs --client-parallel "
                             f"vmap (this run resolved to {self.parallel})")
-        self._compiled = {}                          # --compile: the vmapped gradient per batch kind, built once
+        self._vfns = {}                              # the vmapped gradient per batch kind, built once (_vgrad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
         if cfg.precision == "tf32" and self.device.type != "cuda":
@@ -373,17 +373,17 @@ class Run:
         return out
 
     def _vgrad(self, params, xb, yb, W):
-        """Per-client gradients of all active clients in one vmapped call (compiled once with --compile)."""
+        """Per-client gradients of all active clients in one vmapped call; the transform is built once per batch
+        kind (full, or padded with weights), not at every step, and compiled once with --compile."""
         key = W is None
-        fn = self._compiled.get(key)
-        if fn is None:
+        fn = self._vfns.get(key)
+        if fn is None:                               # self.loss is looked up at call time: toys may swap it
             if key:
                 f = lambda p, xb, yb: self.loss(self._call(p, xb), yb)                     # noqa: E731
             else:
                 f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
             fn = torch.func.vmap(torch.func.grad(f))
-            if self.cfg.compile:
-                fn = self._compiled[key] = torch.compile(fn)
+            fn = self._vfns[key] = torch.compile(fn) if self.cfg.compile else fn
         return fn(params, xb, yb) if key else fn(params, xb, yb, W)
 
     def step(self, ctx: RoundCtx, x: torch.Tensor, d: torch.Tensor, decay: float) -> None:
