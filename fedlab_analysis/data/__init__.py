@@ -36,8 +36,9 @@ DATASETS = {
 
 def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **options) -> Dataset:
     """Load data set ``name``. Embedded ones (digits, mnist1d, synthetic, gaussian) need no files; the real
-    ones read the official files under ``data_dir``. ``seed`` draws the generated ones (synthetic, gaussian);
-    the others are fixed. ``options`` are the loader's keyword options (e.g. synthetic: alpha, beta)."""
+    ones read the official files under ``data_dir`` (mnist, where there are none: the ``make data`` cache).
+    ``seed`` draws the generated ones (synthetic, gaussian); the others are fixed. ``options`` are the loader's
+    keyword options (e.g. synthetic: alpha, beta)."""
     if name.startswith("memory:"):
         raise UserError(f"--dataset: {name!r} was given in memory (Dataset.from_tensors) and is not stored; pass "
                         f"it again as dataset= to train() or to the probe functions")
