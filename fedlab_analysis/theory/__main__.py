@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller toys (classroom: all papers in < 2 min)")
     ap.add_argument("--out", default=None, help="report folder (default out/theory/PAPER)")
     ap.add_argument("--seed", type=arg_type(int, lo=0, hi=SEED_MAX), default=0, help="first seed (default 0)")
-    ap.add_argument("--seeds", type=arg_type(int, lo=1), default=None,
+    ap.add_argument("--seeds", type=arg_type(int, lo=1, hi=10_000), default=None,
                     help="number of seeds for every check (default 5, 3 with --quick; at least 1)")
     args = ap.parse_args(argv)
     try:
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"unknown paper {args.paper!r}: choose one of {', '.join(PAPERS)}, all")
         out = out_dir(Path("out/theory") / args.paper if args.out is None else args.out)
         n_seeds = args.seeds if args.seeds is not None else 3 if args.quick else 5
+        if args.seed + n_seeds - 1 > SEED_MAX:
+            raise UserError(f"--seed: seeds {args.seed}..{args.seed + n_seeds - 1} go beyond {SEED_MAX}")
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
