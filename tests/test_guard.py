@@ -321,7 +321,7 @@ def _theory_parser():
     argparse.ArgumentParser.parse_args = grab
     try:
         with pytest.raises(Started):
-            theory_cli.main.__wrapped__(["fedcm"])
+            getattr(theory_cli.main, "__wrapped__", theory_cli.main)(["fedcm"])
     finally:
         argparse.ArgumentParser.parse_args = real
     return captured["p"]
