@@ -164,7 +164,15 @@ def test_damaged_checkpoint_is_one_line_naming_file_and_field(world, monkeypatch
 def test_a_raw_pickle_is_one_line_without_the_library_warning(world, monkeypatch, tmp_path):
     with open(tmp_path / "raw.pt", "wb") as fh:
         pickle.dump({"a": 1}, fh, protocol=4)                  # torch warns about the protocol before refusing
-    refused(probe.main, ["hessian", tmp_path / "raw.pt"], "raw.pt", tmp_path, monkeypatch)
+    import sys
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):   # as outside pytest: to stderr
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        monkeypatch.setattr(warnings, "showwarning", show)
+        refused(probe.main, ["hessian", tmp_path / "raw.pt"], "raw.pt", tmp_path, monkeypatch)
 
 
 # ---- the guard ------------------------------------------------------------------------------------------------
