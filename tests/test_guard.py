@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fedlab_analysis import compare, demo, probe, report, sweep, train as train_cli
 from fedlab_analysis.config import RunConfig, _FIELDS, _type, fields
+from fedlab_analysis.errors import UserError
 from fedlab_analysis.theory import __main__ as theory_cli
 
 BASE = ["--dataset", "digits", "--model", "mlp", "--model-kwargs", '{"widths": [8]}', "--clients", "4",
@@ -161,6 +162,17 @@ def test_damaged_checkpoint_is_one_line_naming_file_and_field(world, monkeypatch
     assert f"{variant}.pt" in line
 
 
+@pytest.mark.parametrize("variant", ["config_no_seed", "fewer_clients", "client_id", "client_rounds"])
+def test_resume_from_a_damaged_checkpoint_is_one_line(world, monkeypatch, tmp_path, variant):
+    shutil.copytree(world / "run", tmp_path / "r")
+    good = torch.load(tmp_path / "r/ckpt/last.pt", weights_only=True)
+    ck, field = damaged(good)[variant]
+    (tmp_path / "r/ckpt/last.pt").unlink()
+    torch.save(ck, tmp_path / "r/ckpt/last.pt")
+    line = refused(train_cli.main, ["--resume", tmp_path / "r", "--rounds", "3"], field, tmp_path, monkeypatch)
+    assert "last.pt" in line
+
+
 def test_a_raw_pickle_is_one_line_without_the_library_warning(world, monkeypatch, tmp_path):
     with open(tmp_path / "raw.pt", "wb") as fh:
         pickle.dump({"a": 1}, fh, protocol=4)                  # torch warns about the protocol before refusing
@@ -216,9 +228,16 @@ def test_sweep_probe_lines_are_checked_before_training(tmp_path, monkeypatch, li
             monkeypatch)
 
 
-def test_sweep_check_passes_a_good_line():
+def test_sweep_check_passes_good_lines_and_refuses_flags_that_cannot_act():
     p = sweep._probe_parser()
+    for name in probe.MODULES:                         # every probe's defaults reach the checkpoint: accepted
+        sweep.check_probe(p.parse_args([name, "CKPT"]))
     sweep.check_probe(p.parse_args(["trace", "CKPT", "--deflate", "2", "--tol", "0.5"]))
+    for line in ["margin --rho 0.1", "consensus --seed 1", "hessian --per-layer --layer fc", "landscape --extend 2",
+                 "sharpness --method one_step --steps 3"]:
+        name, *rest = line.split()
+        with pytest.raises(UserError, match="--"):
+            sweep.check_probe(p.parse_args([name, "CKPT", *rest]))
 
 
 # ---- killed runs -----------------------------------------------------------------------------------------------
