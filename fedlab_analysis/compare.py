@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        if any(not p.strip() for p in args.paths):
+            raise UserError("RUN_OR_DIR: an empty path; give a run directory or a directory of runs")
         if args.plot is not None:
             plot_file(args.plot)
         df, dirs, keys = frame(args.paths)

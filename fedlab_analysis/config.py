@@ -192,6 +192,9 @@ class RunConfig:
         if self.ri_anchor == "start" and not (self.ri or self.algo == "fedinit"):
             raise UserError(f"{_where(source, 'ri_anchor')}: 'start' is the relaxed start point; it needs --ri "
                             f"(or --algo fedinit)")
+        for name in ("init", "data_dir"):            # a path given empty is no path (it is not "not given")
+            if getattr(self, name) is not None and not str(getattr(self, name)).strip():
+                raise UserError(f"{_where(source, name)}: an empty path; give a path or leave it out")
         if self.ri_anchor == "start" and self.algo not in ANCHORED:
             raise UserError(f"{_where(source, 'ri_anchor')}: 'start' moves the centre of a proximal or dual term, "
                             f"which {self.algo} has none of; it acts with {', '.join(ANCHORED)}")

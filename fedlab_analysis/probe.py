@@ -111,6 +111,9 @@ def check_args(args, outputs: bool = True) -> None:
         plot_file(args.plot, "--plot")
     if outputs:
         args.device = str(resolve(args.device))
+    for flag, v in (("CKPT", args.ckpt), ("--data-dir", args.data_dir)):
+        if v is not None and not str(v).strip():
+            raise UserError(f"{flag}: an empty path; give a path" + (" or leave it out" if flag != "CKPT" else ""))
     data_spec(args.data)
     layer_spec(getattr(args, "layer", None))
     for k, v in vars(args).items():                  # every probe's own options too

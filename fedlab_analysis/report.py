@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     try:
         if args.last_k < 1:
             raise UserError(f"--last-k: must be >= 1 (got {args.last_k})")
-        if not Path(args.dir).is_dir():
+        if not args.dir.strip() or not Path(args.dir).is_dir():
             raise UserError(f"DIR: {args.dir!r} is not a directory")
         if args.digits < 0:
             raise UserError(f"--digits: must be >= 0 (got {args.digits})")

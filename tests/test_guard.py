@@ -73,6 +73,22 @@ def test_unwritable_outputs(world, monkeypatch):
     refused(demo.main, ["--out", "afile/x"], "--out", world, monkeypatch)
 
 
+@pytest.mark.parametrize("cmd, argv, needle", [
+    ("train", [*BASE, "--out", ""], "--out"), ("train", ["--resume", ""], "--resume"),
+    ("train", [*BASE, "--config", "", "--out", "new"], "--config"),
+    ("train", [*BASE, "--data-dir", "", "--out", "new"], "--data-dir"),
+    ("train", [*BASE, "--init", "", "--out", "new"], "--init"),
+    ("probe", ["hessian", ""], "CKPT"), ("probe", ["hessian", "run", "--json", ""], "--json"),
+    ("probe", ["hessian", "run", "--plot", ""], "--plot"),
+    ("probe", ["hessian", "run", "--data-dir", ""], "--data-dir"),
+    ("compare", [""], "RUN_OR_DIR"), ("report", [""], "DIR"), ("sweep", [""], "SWEEP.yaml"),
+    ("theory", ["fedcm", "--out", ""], "--out"), ("demo", ["--out", ""], "--out")])
+def test_an_empty_path_is_refused_not_taken_as_the_current_folder(world, monkeypatch, cmd, argv, needle):
+    mains = {"train": train_cli.main, "probe": probe.main, "compare": compare.main, "report": report.main,
+             "sweep": sweep.main, "theory": theory_cli.main, "demo": demo.main}
+    refused(mains[cmd], argv, needle, world, monkeypatch)
+
+
 def test_theory_seed_beyond_a_generator_seed(world, monkeypatch):
     refused(theory_cli.main, ["fedcm", "--quick", "--seed", str(2**70)], "--seed", world, monkeypatch)
 
