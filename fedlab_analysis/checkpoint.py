@@ -58,7 +58,7 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
         if found:                                    # weights_only refused an object: nothing of it ran
             raise CheckpointError(f"{str(path)!r} holds an object {found.group(1)}, which fedlab_analysis never "
                                   f"writes; refused unread (no code in it was run)") from None
-        text = " ".join(str(e).split())
+        text = " ".join(str(e).split()).split(" Check the documentation")[0]
         first = (text.split("Unpickler error:")[-1].strip() or type(e).__name__).split(". ")[0][:160]
         raise CheckpointError(f"{str(path)!r} is truncated or not a torch checkpoint ({first}); "
                               f"re-run or point at another file") from None
@@ -192,3 +192,39 @@ def verify(ckpt: dict, path) -> None:
         raise CheckpointError(f"{where}: partition.indices is not a list of index tensors")
     if not isinstance(ckpt.get("metrics", {}), dict):
         raise CheckpointError(f"{where}: metrics is not a mapping")
+    consistent(ckpt, where)
+
+
+CONFIG_KEYS = ("algo", "dataset", "model", "seed", "clients", "batch_size")   # what probes and resumes read
+
+
+def consistent(ckpt: dict, where: str, n_train: int | None = None) -> None:
+    """What probes and resumes use, in agreement: the config's keys, one partition entry per client, indices that
+    are sample numbers (``< n_train`` when the data is known), a client table of the run's clients. One
+    CheckpointError line naming the file (``where``) and the field."""
+    cfg, r = ckpt["config"], ckpt["round"]
+    missing = [k for k in CONFIG_KEYS if k not in cfg]
+    if missing:
+        raise CheckpointError(f"{where}: config lacks {', '.join(missing)}; the checkpoint is damaged, re-run training")
+    n, ix = cfg["clients"], ckpt["partition"]["indices"]
+    if len(ix) != n:
+        raise CheckpointError(f"{where}: partition.indices has {len(ix)} entries for config.clients = {n}; "
+                              f"the checkpoint is damaged")
+    counts = ckpt["partition"].get("counts")
+    if counts is not None and (not hasattr(counts, "__len__") or len(counts) != n):
+        raise CheckpointError(f"{where}: partition.counts does not have one row per client ({n}); it is damaged")
+    for i, t in enumerate(ix):
+        if len(t) and (int(t.min()) < 0 or (n_train is not None and int(t.max()) >= n_train)):
+            bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+            within = f"0..{n_train - 1}, the training samples of {cfg['dataset']}" if n_train else "0, 1, ..."
+            raise CheckpointError(f"{where}: partition.indices[{i}] holds {bad}, outside {within}; the checkpoint "
+                                  f"is damaged or from other data")
+    cl = ckpt.get("clients")
+    if cl is not None:
+        ids, rounds = cl["ids"], cl["rounds"]
+        if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < n for c in ids) \
+                or len(set(ids)) != len(ids):
+            raise CheckpointError(f"{where}: clients.ids must be distinct client numbers 0..{n - 1} (got "
+                                  f"{list(ids)[:8]})")
+        if rounds.is_floating_point() or (len(rounds) and (int(rounds.min()) < -1 or int(rounds.max()) > r)):
+            raise CheckpointError(f"{where}: clients.rounds must be whole rounds from -1 (never trained) to {r}")

@@ -11,8 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import UserError
-from .plots import read_metrics
+from .cli import guard, plot_file
+from .errors import ArgParser, UserError
+from .report import read_metrics
+from .rundir import read_config
 from .sweep import HASH_FREE
 
 METRICS = ("round", "test_acc", "test_loss", "train_acc", "train_loss")
@@ -22,7 +24,7 @@ def run_dirs(paths) -> list[Path]:
     from .report import _run_dirs
     out = []
     for p in map(Path, paths):
-        if (p / "config.json").exists() and (p / "metrics.jsonl").exists():
+        if (p / "config.json").is_file() and (p / "metrics.jsonl").is_file():
             out.append(p)
         elif p.is_dir() and _run_dirs(p):
             out += _run_dirs(p)
@@ -36,7 +38,7 @@ def frame(paths):
     """One row per run: run, final metrics, then the config keys that differ between the runs."""
     import pandas as pd
     dirs = run_dirs(paths)
-    configs = [json.loads((d / "config.json").read_text()) for d in dirs]
+    configs = [read_config(d / "config.json", flag="RUN_OR_DIR") for d in dirs]
     keys = [k for k in configs[0] if k not in HASH_FREE
             and len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
     rows = []
@@ -48,15 +50,20 @@ def frame(paths):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fedlab_analysis.compare", description=__doc__.split("\n\n")[1])
+    p = ArgParser(prog="python -m fedlab_analysis.compare", description=__doc__.split("\n\n")[1])
     p.add_argument("paths", nargs="+", metavar="RUN_OR_DIR", help="run directories or directories of runs")
     p.add_argument("--plot", default=None, metavar="FILE", help="learning curves of every run on one figure")
     return p
 
 
+@guard("compare")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        if any(not p.strip() for p in args.paths):
+            raise UserError("RUN_OR_DIR: an empty path; give a run directory or a directory of runs")
+        if args.plot is not None:
+            plot_file(args.plot)
         df, dirs, keys = frame(args.paths)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -192,6 +192,12 @@ class RunConfig:
         if self.ri_anchor == "start" and not (self.ri or self.algo == "fedinit"):
             raise UserError(f"{_where(source, 'ri_anchor')}: 'start' is the relaxed start point; it needs --ri "
                             f"(or --algo fedinit)")
+        for name in ("init", "data_dir"):            # a path given empty is no path (it is not "not given")
+            if getattr(self, name) is not None and not str(getattr(self, name)).strip():
+                raise UserError(f"{_where(source, name)}: an empty path; give a path or leave it out")
+        if self.ri_anchor == "start" and self.algo not in ANCHORED:
+            raise UserError(f"{_where(source, 'ri_anchor')}: 'start' moves the centre of a proximal or dual term, "
+                            f"which {self.algo} has none of; it acts with {', '.join(ANCHORED)}")
         if self.precision != "fp32" and self.dtype != "float32":
             raise UserError(f"{_where(source, 'precision')}: {self.precision} needs dtype float32 (got {self.dtype})")
         return self
@@ -339,6 +345,9 @@ def validate_dict(d: dict, source: str = "config") -> RunConfig:
 
 # How and where a run executes, not what it computes (beyond float tolerance: loop == vmap is tested): run names
 # and caches ignore these, and config.json records the device and the parallel mode as resolved.
+# the algorithms with a proximal term (mu) or a dual correction (lamb, read in every setting): --ri-anchor moves
+# their centre (trainers/parts.py: Prox, Dyn); for every other algorithm it has nothing to move
+ANCHORED = tuple(a for a, u in algos.USES.items() if "mu" in u or ("lamb" in u and "when" not in u["lamb"]))
 EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device", "compile")
 
 DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,

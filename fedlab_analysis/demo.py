@@ -10,13 +10,15 @@ Everything goes to --out (default out/demo).
 """
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 from . import plots
-from .config import RunConfig
+from .cli import guard, out_dir
+from .config import RunConfig, arg_type
+from .errors import ArgParser, UserError
 from .trainers.loop import train
 
 DEMO = dict(algo="fedavg", dataset="digits", model="mlp", clients=20, partition="dirichlet", dir_alpha=0.3,
@@ -38,13 +40,18 @@ def probe(*argv) -> dict:
     return json.loads(path.read_text())
 
 
+@guard("demo")
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fedlab_analysis.demo", description=__doc__.split("\n\n")[0])
+    p = ArgParser(prog="python -m fedlab_analysis.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="out/demo")
-    p.add_argument("--rounds", type=int, default=DEMO["rounds"])
-    p.add_argument("--grid", type=int, default=21, help="loss-surface grid size")
+    p.add_argument("--rounds", type=arg_type(int, lo=1), default=DEMO["rounds"])
+    p.add_argument("--grid", type=arg_type(int, lo=2), default=21, help="loss-surface grid size")
     args = p.parse_args(argv)
-    out = Path(args.out)
+    try:
+        out = out_dir(args.out)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     import torch
     torch.set_num_threads(1)                # the demo MLP runs several times faster on one thread than two
     t0 = time.perf_counter()

@@ -15,8 +15,9 @@ import time
 
 import torch
 
+from .cli import data_spec, guard, layer_spec, out_file, plot_file
 from .config import HelpFormatter, arg_type
-from .errors import ArgParser, UserError
+from .errors import ArgParser, CheckpointError, UserError
 
 MODULES = {"hessian": "curvature", "trace": "curvature", "density": "curvature", "landscape": "landscape",
            "consensus": "federated", "sharpness": "federated", "drift": "federated",
@@ -48,6 +49,8 @@ BN_HELP = ("BatchNorm statistics: train = each batch of --bn-batch samples norma
            "statistics recomputed on the probe's data at the probed model. Refused for a model without BatchNorm")
 
 
+SEED_MAX = 2**32 - 1      # a probe's seeds feed torch.Generator.manual_seed with offsets added
+
 # common flags a probe cannot act on (refused with one line when given)
 UNUSED = {"consensus": (("data", "samples", "seed", "bn_mode", "bn_batch"),
                         "with the consensus probe (it compares the stored models and reads no data)"),
@@ -77,7 +80,7 @@ def parser(cls=None) -> argparse.ArgumentParser:
                         help="train (union of the clients' data; the default) | test | client:I")
         sp.add_argument("--samples", type=arg_type(int, lo=1), default=None, help="evaluate on N samples drawn "
                         "with --seed (default: all of --data)")
-        sp.add_argument("--seed", type=arg_type(int, lo=0), default=None,
+        sp.add_argument("--seed", type=arg_type(int, lo=0, hi=SEED_MAX), default=None,
                         help="seed of every random draw of the probe (default: 0)")
         sp.add_argument("--dtype", choices=("float32", "float64"), default="float32")
         sp.add_argument("--bn-mode", choices=("train", "eval", "recalibrate"), default=None, help=BN_HELP)
@@ -95,18 +98,24 @@ def parser(cls=None) -> argparse.ArgumentParser:
     return p
 
 
-def check_args(args) -> None:
-    """Before any work: the output paths can be written, the device exists, every number is finite and every
-    whole number non-negative."""
+def check_args(args, outputs: bool = True) -> None:
+    """Before any work: the output paths can be written (``outputs``; a plot in a format matplotlib writes), the
+    device exists, --data and --layer can be read, every number is finite and every whole number non-negative.
+    The sweep checks its probe lines with ``outputs=False`` before it trains."""
     import math
 
     from .device import resolve
-    from .rundir import check_file
-    if args.json not in (None, "-"):
-        check_file(args.json, "--json")
-    if args.plot is not None:
-        check_file(args.plot, "--plot")
-    args.device = str(resolve(args.device))
+    if outputs and args.json is not None and args.json != "-":
+        out_file(args.json, "--json")
+    if outputs and args.plot is not None:
+        plot_file(args.plot, "--plot")
+    if outputs:
+        args.device = str(resolve(args.device))
+    for flag, v in (("CKPT", args.ckpt), ("--data-dir", args.data_dir)):
+        if v is not None and not str(v).strip():
+            raise UserError(f"{flag}: an empty path; give a path" + (" or leave it out" if flag != "CKPT" else ""))
+    data_spec(args.data)
+    layer_spec(getattr(args, "layer", None))
     for k, v in vars(args).items():                  # every probe's own options too
         if isinstance(v, float) and not math.isfinite(v):
             raise UserError(f"--{k.replace('_', '-')}: must be a finite number (got {v})")
@@ -123,6 +132,7 @@ def _summary(result: dict) -> dict | str:
     return {**s, **ctx}
 
 
+@guard("probe")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     entry = _table(args.probe)
@@ -144,9 +154,14 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         common.PROGRESS = not args.quiet
         given = {"bn_mode": args.bn_mode, "bn_batch": args.bn_batch}
-        args.data, args.seed, args.bn_mode = args.data or "train", args.seed or 0, args.bn_mode or "train"
-        bundle = rebuild(ckpt, data=args.data, samples=args.samples, seed=args.seed, dtype=dtype,
-                         device=device, data_dir=args.data_dir, bn_mode=args.bn_mode, bn_batch=args.bn_batch)
+        args.data = "train" if args.data is None else args.data
+        args.seed = 0 if args.seed is None else args.seed
+        args.bn_mode = "train" if args.bn_mode is None else args.bn_mode
+        try:
+            bundle = rebuild(ckpt, data=args.data, samples=args.samples, seed=args.seed, dtype=dtype,
+                             device=device, data_dir=args.data_dir, bn_mode=args.bn_mode, bn_batch=args.bn_batch)
+        except CheckpointError as e:                 # the partition against the data: name the file
+            raise CheckpointError(f"{args.ckpt}: {e}") from None
         if not common.has_batchnorm(bundle.model):
             common.refuse(argparse.Namespace(**given), ["bn_mode", "bn_batch"],
                           f"on this {ckpt['model']['name']} (it has no BatchNorm)")
@@ -159,6 +174,9 @@ def main(argv=None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.plot:                                    # the figure first: a failure in it leaves no JSON behind
+        from .plots import save
+        save(fig, args.plot)
     text = json.dumps(result, indent=1, default=float)
     if args.json == "-":
         print(text)
@@ -168,9 +186,6 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")
-    if args.plot:
-        from .plots import save
-        save(fig, args.plot)
     return 0
 
 

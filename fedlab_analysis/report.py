@@ -17,8 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import UserError
-from .plots import read_metrics
+from .cli import guard, out_file, read_json
+from .errors import ArgParser, UserError
+from .rundir import read_config
 from .sweep import HASH_FREE
 
 FORMATS = {"md": ".md", "csv": ".csv", "latex": ".tex"}
@@ -30,12 +31,23 @@ def _run_dirs(d: Path) -> list[Path]:
 
 
 def _entries(d: Path) -> list[tuple[Path, dict | None]]:
-    """(run directory, its grid cell) for each finished run; the cell is None outside a sweep."""
+    """(run directory, its grid cell) for each finished run; the cell is None outside a sweep. A folder holding
+    metrics.jsonl without config.json is no run (a stray copy) and is passed over."""
     if (d / "sweep.json").exists():
-        index = json.loads((d / "sweep.json").read_text())
-        return [(Path(r["path"]) if Path(r["path"]).exists() else d / r["name"], r["cell"])
-                for r in index["runs"] if r["status"] == "done"]
-    return [(p.parent, None) for p in sorted(d.glob("*/metrics.jsonl"))]
+        index = read_json(d / "sweep.json", "DIR", "a sweep index", "run the sweep again to rewrite it")
+        try:
+            return [(Path(r["path"]) if Path(r["path"]).exists() else d / r["name"], r["cell"])
+                    for r in index["runs"] if r["status"] == "done"]
+        except (KeyError, TypeError):
+            raise UserError(f"DIR: {d / 'sweep.json'} is not a sweep index (runs with name, path, cell, status); "
+                            f"run the sweep again to rewrite it") from None
+    return [(p.parent, None) for p in sorted(d.glob("*/metrics.jsonl")) if (p.parent / "config.json").is_file()]
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """RUN/metrics.jsonl's rows; a damaged file is one line naming it."""
+    from .rundir import read_metrics as read
+    return read(Path(run_dir) / "metrics.jsonl")
 
 
 def runs(d) -> "pd.DataFrame":  # noqa: F821
@@ -48,7 +60,7 @@ def runs(d) -> "pd.DataFrame":  # noqa: F821
     entries = _entries(d)
     if not entries:
         raise UserError(f"DIR: no finished runs in {str(d)!r} (expected a sweep.json or run directories)")
-    configs = [json.loads((p / "config.json").read_text()) for p, _ in entries]
+    configs = [read_config(p / "config.json", flag="DIR") for p, _ in entries]
     cells = [cell if cell is not None else c for (_, cell), c in zip(entries, configs)]
     keys = [k for k in cells[0] if len({json.dumps(c.get(k), sort_keys=True) for c in cells}) > 1
             and k not in ("seed", *HASH_FREE)]
@@ -82,7 +94,8 @@ def values(d, metric: str = "test_acc", last_k: int = 5) -> "pd.DataFrame":  # n
         q = {metric: rows[-1][metric],
              f"{metric} (best of last {last_k})": better(x[metric] for x in rows if x["round"] > last - last_k)}
         for f in sorted(Path(r["path"], "probes").glob("*.json")):
-            q.update(probe_values({f.stem: json.loads(f.read_text()).get("summary") or {}}))
+            q.update(probe_values({f.stem: read_json(f, "DIR", "a probe result", "run the sweep again with "
+                                                "--retry-failed, or delete it").get("summary") or {}}))
         long += [{**r.to_dict(), "quantity": k, "value": v} for k, v in q.items()]
     return pd.DataFrame(long)
 
@@ -182,7 +195,7 @@ def curves(d, metric: str = "test_acc", rows=None, cols=None):
 
 # ---- command line -------------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fedlab_analysis.report", description=__doc__.split("\n\n")[1],
+    p = ArgParser(prog="python -m fedlab_analysis.report", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("dir", metavar="DIR", help="a sweep's output directory, or a directory of run directories")
     p.add_argument("--format", choices=tuple(FORMATS), default="md", help="table format of the written file")
@@ -197,11 +210,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@guard("report")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.last_k < 1:
             raise UserError(f"--last-k: must be >= 1 (got {args.last_k})")
+        if not args.dir.strip() or not Path(args.dir).is_dir():
+            raise UserError(f"DIR: {args.dir!r} is not a directory")
+        if args.digits < 0:
+            raise UserError(f"--digits: must be >= 0 (got {args.digits})")
+        out = out_file(Path(args.dir) / f"report{FORMATS[args.format]}" if args.out is None else args.out, "--out")
+        curves_png = None if args.no_plot else out_file(Path(args.dir) / f"curves_{args.metric}.png", "--metric")
         t = tables(args.dir, args.metric, args.rows, args.cols, args.last_k, args.digits)
         s = summary(args.dir, args.metric, args.last_k) if args.format == "csv" else None
         fig = None if args.no_plot else curves(args.dir, args.metric, args.rows, args.cols)
@@ -210,8 +230,6 @@ def main(argv=None) -> int:
         return 2
     text = "\n\n".join(f"### {q}\n\n{markdown(df)}" for q, df in t.items())
     print(text)
-    out = Path(args.out or Path(args.dir) / f"report{FORMATS[args.format]}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     if args.format == "md":
         out.write_text(text + "\n")
     elif args.format == "latex":
@@ -221,7 +239,7 @@ def main(argv=None) -> int:
     print(f"\ntable -> {out}")
     if fig is not None:
         from .plots import save
-        print(f"curves -> {save(fig, Path(args.dir) / f'curves_{args.metric}.png')}")
+        print(f"curves -> {save(fig, curves_png)}")
     return 0
 
 

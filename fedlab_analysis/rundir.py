@@ -56,6 +56,19 @@ def check_file(path, flag: str) -> Path:
     return p
 
 
+def _temporary(p: Path) -> bool:
+    """A killed write's leftover (``.NAME.XXXX.tmp``), or a folder holding nothing else."""
+    if p.is_dir() and not p.is_symlink():
+        return all(_temporary(q) for q in p.iterdir())
+    return p.name.startswith(".") and p.name.endswith(".tmp")
+
+
+def killed_before_checkpoint(path) -> bool:
+    """``path`` holds a run (config.json) killed before it wrote a checkpoint: ckpt/ holds temporaries at most."""
+    p = Path(path)
+    return (p / "config.json").is_file() and (not (p / "ckpt").exists() or _temporary(p / "ckpt"))
+
+
 def _holder(fd) -> str:
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, 300).decode("utf-8", "replace").strip() or "another process"
@@ -80,7 +93,8 @@ def prepare(out, resume: bool = False, overwrite: bool = False):
         fd = os.open(lockfile, os.O_RDWR)
         _try_lock(fd, out)
     try:
-        present = sorted(p.name for p in out.iterdir() if p.name != ".lock") if out.is_dir() else []
+        present = sorted(p.name for p in out.iterdir() if p.name != ".lock" and not _temporary(p)) \
+            if out.is_dir() else []                 # a killed write's temporaries are no run: removed below
         if present and not resume:
             if not overwrite:
                 raise UserError(f"--out {out}: is not empty ({', '.join(present[:4])}"
@@ -107,6 +121,9 @@ def prepare(out, resume: bool = False, overwrite: bool = False):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     for tmp in [*out.glob(".*.tmp"), *out.glob("ckpt/.*.tmp")]:   # a killed write's leftovers (ours: locked)
         tmp.unlink(missing_ok=True)
+    for d in [out / "ckpt"]:                                          # a folder that held nothing else
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
     return _Lock(fd)
 
 

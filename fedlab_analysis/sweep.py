@@ -33,7 +33,8 @@ from types import SimpleNamespace
 
 from . import algos
 from .config import ALGO_DEFAULTS, DEFAULTS, EXECUTION, RunConfig
-from .errors import UserError
+from .cli import guard, out_dir
+from .errors import ArgParser, UserError
 
 SWEEP_KEYS = ("base", "grid", "probes", "resources")
 HASH_FREE = EXECUTION                    # never change a run's numbers, so never its name
@@ -107,11 +108,29 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
             raise UserError(f"{source}: probe {line!r}: drop --json/--plot/--help; the sweep writes RUN/probes/"
                             f"{label}.json")
         try:
-            p.parse_args([argv[0], "CKPT", *argv[1:]])
+            check_probe(p.parse_args([argv[0], "CKPT", *argv[1:]]))
         except UserError as e:
             raise UserError(f"{source}: probe {line!r}: {e}") from None
         out[str(label)] = argv
     return out
+
+
+def check_probe(args) -> None:
+    """A probe line's flags by the probe's own rules, without a checkpoint: the command line's checks of every
+    value (``probe.check_args``), then the probe's own refusals of flags that cannot act, which it makes before
+    it reads the checkpoint (its run function is called with no checkpoint; reaching the checkpoint ends the
+    check)."""
+    from . import probe
+    from .probes import common
+    probe.check_args(args, outputs=False)
+    common.refuse(args, *probe.UNUSED.get(args.probe, ((), "")))
+    entry = probe._table(args.probe)
+    try:
+        entry[1](argparse.Namespace(**vars(args)), None)
+    except UserError:
+        raise
+    except Exception:               # noqa: BLE001  the flags passed; the probe went on to need the checkpoint
+        pass
 
 
 def _dash(m: dict) -> dict:
@@ -217,7 +236,8 @@ def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
     tmp = target.with_name(target.name + ".tmp")
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        rc = probe.main([argv[0], str(run_dir), *argv[1:], "--json", str(tmp)])
+        main = getattr(probe.main, "__wrapped__", probe.main)     # unguarded: a defect keeps its traceback
+        rc = main([argv[0], str(run_dir), *argv[1:], "--json", str(tmp)])
     if rc != 0:
         raise RuntimeError(f"probe {shlex.join(argv)!r} failed: {err.getvalue().strip()}")
     os.replace(tmp, target)
@@ -394,6 +414,7 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
     if workers is not None and workers < 1:
         raise UserError(f"--workers: must be >= 1 (got {workers})")
     workers = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    out_dir(out, "--out")
     tasks, meta = plan(spec, out, source)
     for t in tasks:
         t["status"] = status(t["path"])
@@ -434,7 +455,7 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fedlab_analysis.sweep", description=__doc__.split("\n\n")[1],
+    p = ArgParser(prog="python -m fedlab_analysis.sweep", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("sweep", metavar="SWEEP.yaml", help="sweep file (base:, grid:, probes:, resources:)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -448,6 +469,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@guard("sweep")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:

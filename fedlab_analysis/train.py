@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import algos, rundir
+from .cli import guard, out_dir
 from .config import RunConfig, add_arguments, check, fields, from_args, load_yaml, refuse_unused
 from .errors import EXIT_DIVERGED, ArgParser, Diverged, UserError
 
@@ -31,21 +32,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@guard("train")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    restart = False                                  # --resume of a run killed before its first checkpoint
     try:
-        yaml = load_yaml(args.config) if args.config else {}
+        yaml = load_yaml(args.config) if args.config is not None else {}
         flags = [f.name for f in fields(RunConfig) if getattr(args, f.name) is not None]
         sources = {k: f"--config {args.config}" for k in yaml}
         base = yaml
-        if args.resume:
+        if args.resume is not None:
+            out_dir(args.resume, "--resume")
             if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
                 raise UserError(f"--out {args.out}: differs from --resume {args.resume}; a resumed run writes "
                                 f"into its own directory (drop --out)")
             if args.overwrite:
                 raise UserError("--overwrite: cannot be combined with --resume (it would delete the run)")
-            rundir.check_dir(args.resume, "--resume")
-            if not (Path(args.resume) / "ckpt" / "last.pt").is_file():
+            restart = rundir.killed_before_checkpoint(args.resume)
+            if not restart and not (Path(args.resume) / "ckpt" / "last.pt").is_file():
                 raise UserError(f"--resume {args.resume}: no checkpoint {args.resume}/ckpt/last.pt; is this a run "
                                 f"directory?")
             path = Path(args.resume) / "config.json"
@@ -54,7 +58,7 @@ def main(argv=None) -> int:
             args.out = args.resume
         if args.out is None:
             raise UserError("--out: give a run directory (it receives config.json, metrics.jsonl and ckpt/)")
-        rundir.check_dir(args.out)
+        out_dir(args.out)
         for k in flags:                              # a flag overrides the file: name the flag
             sources.pop(k, None)
         cfg = from_args(args, base).validate(sources)
@@ -63,7 +67,8 @@ def main(argv=None) -> int:
         from .probes.hooks import build
         from .trainers.loop import train
         set_threads(cfg.threads)
-        run = train(cfg, args.out, resume=bool(args.resume), callbacks=build(cfg), overwrite=args.overwrite)
+        resume = args.resume is not None and not restart             # a restart begins at round 0 again
+        run = train(cfg, args.out, resume=resume, callbacks=build(cfg), overwrite=args.overwrite or restart)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
-"""Several hundred wrong invocations of train, probe (every probe) and theory, called in-process through each
-CLI's ``main(argv)``. For every one: exit code 2, exactly one line on stderr starting ``error:`` that names the
-flag or the file, no traceback, and no file created or changed anywhere under the test's folders."""
+"""Several hundred wrong invocations of train, probe (every probe), theory, sweep, report and compare, called
+in-process through each CLI's ``main(argv)``. For every one: exit code 2, exactly one line on stderr starting
+``error:`` that names the flag or the file, no traceback, and no file created or changed anywhere under the test's
+folders."""
 import argparse
 import contextlib
 import hashlib
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlab_analysis import algos, probe, train as train_cli
+from fedlab_analysis import algos, compare, probe, report, sweep, train as train_cli
 from fedlab_analysis.config import RunConfig, _FIELDS, _type, fields
 from fedlab_analysis.theory import __main__ as theory_cli
 
@@ -327,7 +328,8 @@ def test_probe(world, monkeypatch, argv, needle):
 THEORY = [([], "paper"), (["nosuchpaper"], "nosuchpaper"), (["fedcm", "--seed", "-1"], "--seed"),
           (["fedcm", "--seed", "abc"], "--seed"), (["fedcm", "--bogus"], "--bogus"),
           (["all", "--out", "afile"], "--out"), (["fedcm", "--out", "afile/below"], "--out"),
-          (["fedcm", "--quick", "3"], "3")]
+          (["fedcm", "--quick", "3"], "3"), (["fedcm", "--out", "/proc/x"], "/proc"), (["fedcm", "--out", ""], "--out"),
+          (["fedcm", "--seed", str(2**70)], "--seed"), (["fedcm", "--seeds", "0"], "--seeds")]
 
 
 @pytest.mark.parametrize("argv, needle", THEORY, ids=[" ".join(a) or "none" for a, _ in THEORY])
@@ -335,6 +337,94 @@ def test_theory(world, monkeypatch, argv, needle):
     assert_refused(theory_cli.main, argv, needle, world, monkeypatch)
 
 
+# ---- explicit zeros: a value like any other (refused here: out of range, or unable to act) -----------------------
+ZEROS = [(["hessian", "run", "--max-iter", "0"], "--max-iter"), (["hessian", "run", "--products", "0"], "--products"),
+         (["hessian", "run", "--per-layer", "--products", "0"], "--products"), (["hessian", "run", "--top-k", "0"],
+                                                                                "--top-k"),
+         (["trace", "run", "--tol", "0"], "--tol"), (["trace", "run", "--products", "0"], "--products"),
+         (["density", "run", "--steps", "0"], "--steps"), (["density", "run", "--vectors", "0"], "--vectors"),
+         (["sharpness", "run", "--steps", "0"], "--steps"), (["sharpness", "run", "--step-size", "0"], "--step-size"),
+         (["hessian", "run", "--bn-batch", "0"], "--bn-batch"), (["hessian", "run", "--samples", "0"], "--samples")]
+
+
+@pytest.mark.parametrize("argv, needle", ZEROS, ids=[" ".join(a) for a, _ in ZEROS])
+def test_explicit_zeros(world, monkeypatch, argv, needle):
+    assert_refused(probe.main, [argv[0], str(world / argv[1]), *argv[2:]], needle, world, monkeypatch)
+
+
+# ---- sweep, report, compare --------------------------------------------------------------------------------------
+SWEEP_FILES = {
+    "grid_missing": ("base: {dataset: digits}\n", "grid"),
+    "grid_empty": ("grid: {seed: []}\n", "grid"),
+    "bad_value": ("grid: {lr: [0.1, fast]}\n", "lr"),
+    "unknown_key": ("grid: {seed: [0]}\nextra: 1\n", "extra"),
+    "not_yaml": ("grid: [\n", "yaml"),
+    "unused_rho": ("base: {rho: 0.1}\ngrid: {algo: [fedavg]}\n", "rho"),
+    "probe_unknown": ("grid: {seed: [0]}\nprobes: [bogus]\n", "bogus"),
+    "probe_flag": ("grid: {seed: [0]}\nprobes: [\"hessian --top-k 0\"]\n", "--top-k"),
+    "probe_cannot_act": ("grid: {seed: [0]}\nprobes: [\"trace --tol 0.5\"]\n", "--tol"),
+    "probe_zero": ("grid: {seed: [0]}\nprobes: [\"sharpness --steps 0\"]\n", "--steps"),
+    "probe_client": ("grid: {seed: [0]}\nprobes: [\"hessian --data client:-1\"]\n", "--data"),
+    "probe_json": ("grid: {seed: [0]}\nprobes: [\"hessian --json x.json\"]\n", "--json"),
+    "resources": ("grid: {seed: [0]}\nresources: {num_cpus: -1}\n", "resources"),
+}
+
+
+def sweep_cases(world):
+    d = world / "sweeps"
+    d.mkdir(exist_ok=True)
+    cases = []
+    for name, (text, needle) in SWEEP_FILES.items():
+        (d / f"{name}.yaml").write_text(text)
+        cases.append(([str(d / f"{name}.yaml"), "--out", str(world / "sw")], needle))
+    (d / "ok.yaml").write_text("base: {dataset: digits, model: logreg, rounds: 1}\ngrid: {seed: [0]}\n")
+    ok = str(d / "ok.yaml")
+    cases += [([str(d / "missing.yaml"), "--out", str(world / "sw")], "missing.yaml"),
+              ([str(world / "afile"), "--out", str(world / "sw")], "afile"),
+              ([ok, "--out", str(world / "afile")], "--out"), ([ok, "--out", str(world / "afile/below")], "--out"),
+              ([ok, "--out", ""], "--out"), ([ok, "--out", "/proc/sw"], "/proc"),
+              ([ok, "--out", str(world / "sw"), "--workers", "0"], "--workers"),
+              ([ok, "--out", str(world / "sw"), "--workers", "x"], "--workers"),
+              ([ok, "--out", str(world / "sw"), "--backend", "bogus"], "--backend"),
+              ([ok, "--out", str(world / "sw"), "--address", "x:1"], "--address")]
+    return cases
+
+
+def test_sweep(world, monkeypatch):
+    for argv, needle in sweep_cases(world):
+        assert_refused(sweep.main, argv, needle, world, monkeypatch)
+
+
+def test_report_and_compare(world, monkeypatch):
+    import shutil
+    runs = world / "runs_only"
+    if not runs.exists():
+        runs.mkdir()
+        shutil.copytree(world / "run", runs / "a", ignore=shutil.ignore_patterns("ckpt"))
+    run = str(world / "run")
+    cases = [
+        (report.main, [str(world / "missing")], "missing"), (report.main, [str(world / "afile")], "afile"),
+        (report.main, [str(world / "nonrun")], "no finished runs"),
+        (report.main, [str(runs), "--out", str(world / "afile/x")], "--out"),
+        (report.main, [str(runs), "--out", str(world / "nodir/x.md")], "--out"),
+        (report.main, [str(runs), "--out", str(world / "yaml")], "--out"),
+        (report.main, [str(runs), "--last-k", "0"], "--last-k"),
+        (report.main, [str(runs), "--digits", "-1"], "--digits"),
+        (report.main, [str(runs), "--format", "xls"], "--format"),
+        (report.main, [str(runs), "--rows", "bogus"], "bogus"),
+        (report.main, [str(runs), "--metric", "bogus", "--no-plot"], "bogus"),
+        (report.main, [str(world)], "config.json"),                # holds badconfig/, whose config.json is damaged
+        (compare.main, [str(world / "missing")], "missing"), (compare.main, [str(world / "nonrun")], "nonrun"),
+        (compare.main, [str(world / "badconfig")], "config.json"), (compare.main, [run, str(world / "badmetrics")],
+                                                                    "metrics.jsonl"),
+        (compare.main, [run, "--plot", str(world / "c.xyz")], "--plot"),
+        (compare.main, [run, "--plot", str(world / "nodir/c.png")], "--plot"),
+        (compare.main, [run, "--plot", ""], "--plot"), (compare.main, [], "RUN_OR_DIR"),
+    ]
+    for main, argv, needle in cases:
+        assert_refused(main, argv, needle, world, monkeypatch)
+
+
 def test_the_fuzz_is_several_hundred_cases():
-    n = len(TRAIN) + 2 * len(YAML) + len(PROBE) + len(THEORY)
+    n = len(TRAIN) + 2 * len(YAML) + len(PROBE) + len(THEORY) + len(ZEROS) + len(SWEEP_FILES)
     assert n >= 300, n

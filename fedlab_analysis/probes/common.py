@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint import consistent
 from ..data import load_dataset
 from ..errors import UserError
 from ..models import build_model
@@ -164,6 +165,7 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
     cfg = ckpt["config"]
     ds = dataset if dataset is not None else load_dataset(cfg["dataset"], data_dir=data_dir or cfg.get("data_dir"),
                                                           seed=cfg["seed"])
+    consistent(ckpt, "checkpoint", len(ds.y_train))          # partition indices within this data
     spec = ckpt["model"]
     model = build_model(spec["name"], tuple(spec["input_shape"]), spec["n_classes"], **spec.get("kwargs", {}))
     model.load_state_dict({**ckpt["global"], **ckpt.get("buffers", {})}, strict=False)
@@ -251,7 +253,8 @@ def bar(total: int | None, desc: str, unit: str = "it"):
 def refuse(args, names, why: str) -> None:
     """One line for the first flag in ``names`` (argparse dest names) that was given although it cannot act."""
     for n in names:
-        if getattr(args, n, None) not in (None, False):
+        v = getattr(args, n, None)
+        if v is not None and v is not False:        # given: an explicit 0 (0.0 == False) is given too
             raise UserError(f"--{n.replace('_', '-')} cannot act {why}; drop it")
 
 

@@ -313,21 +313,21 @@ def _add_common(p):
 
 def add_hessian_arguments(p):
     _add_common(p)
-    p.add_argument("--top-k", type=int, default=1, help="number of eigenvalues")
+    p.add_argument("--top-k", type=arg_type(int, lo=1), default=1, help="number of eigenvalues")
     p.add_argument("--which", default="LA", choices=["LA", "SA", "LM"],
                    help="LA: largest, SA: most negative, LM: largest magnitude")
     p.add_argument("--method", default="lanczos", choices=["lanczos", "power", "eigsh"])
     p.add_argument("--tol", type=float, default=1e-3, help="relative residual at which an eigenvalue is accepted")
-    p.add_argument("--max-iter", type=int, default=None,
+    p.add_argument("--max-iter", type=arg_type(int, lo=1), default=None,
                    help="Lanczos steps (default max(100, 10 top-k)), power steps per eigenvalue (1000) or eigsh "
                         "restarts")
-    p.add_argument("--products", type=int, default=None,
+    p.add_argument("--products", type=arg_type(int, lo=1), default=None,
                    help="with --per-layer: trace products per layer (default: 60)")
 
 
 def add_trace_arguments(p):
     _add_common(p)
-    p.add_argument("--products", type=int, default=100, help="Hessian-vector products in all")
+    p.add_argument("--products", type=arg_type(int, lo=1), default=100, help="Hessian-vector products in all")
     p.add_argument("--method", default="hutch++", choices=["hutchinson", "hutch++"])
     p.add_argument("--deflate", type=int, default=0, metavar="K",
                    help="deflate a Krylov space holding the top-K eigenvectors first")
@@ -338,8 +338,8 @@ def add_trace_arguments(p):
 
 def add_density_arguments(p):
     _add_common(p)
-    p.add_argument("--steps", type=int, default=80, help="Lanczos steps per vector")
-    p.add_argument("--vectors", type=int, default=4, help="number of SLQ start vectors")
+    p.add_argument("--steps", type=arg_type(int, lo=1), default=80, help="Lanczos steps per vector")
+    p.add_argument("--vectors", type=arg_type(int, lo=1), default=4, help="number of SLQ start vectors")
     p.add_argument("--sigma", type=float, default=None, help="Gaussian width (default: 1%% of the node range)")
 
 

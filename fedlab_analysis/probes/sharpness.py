@@ -322,8 +322,9 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
 def add_arguments(p):
     p.add_argument("--rho", type=float, default=None, help="radius (default: the checkpoint's training rho)")
     p.add_argument("--method", choices=METHODS, default="ascent", help="inner maximiser")
-    p.add_argument("--steps", type=int, default=None, help="ascent steps m (default: 10)")
-    p.add_argument("--step-size", type=float, default=None, help="ascent step length (default: rho)")
+    p.add_argument("--steps", type=arg_type(int, lo=1), default=None, help="ascent steps m (default: 10)")
+    p.add_argument("--step-size", type=arg_type(float, lo=0, lo_open=True), default=None,
+                   help="ascent step length (default: rho)")
     p.add_argument("--start", choices=("one_step", "random"), default=None,
                    help="ascent start point (default: one_step)")
     p.add_argument("--local", action="store_true", help="also per-client sharpness and the Jensen gap "
