@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,7 +145,7 @@ class Run:
                             f"vmap (this run resolved to {self.parallel})")
         self._vfns = {}                              # the vmapped gradient per batch kind, built once (_vgrad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
-        keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
+        keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it; hooks: keep_last_local
         if cfg.precision == "tf32" and self.device.type != "cuda":
             raise UserError("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
         if cfg.precision == "tf32":                   # process-wide switch, set only when asked for
@@ -194,6 +195,18 @@ class Run:
         self.w = self.space.flatten(sd).to(**dev).detach().clone()
         if self.bspace.P:
             self.buf = self.bspace.flatten(sd).to(**dev).detach().clone()
+
+    def keep_last_local(self, who: str) -> None:
+        """From now on keep every client's last local model (``who`` reads it): w^0 for all before round 1; a run
+        already past round 0 that did not keep them cannot recover them, which is said in one line."""
+        if self.last_local is not None:
+            return
+        if self.t == 0:
+            self.last_local = self.table().copy_(self.w)
+        else:
+            print(f"warning: {who} reads every client's last local model, which this run did not keep before round "
+                  f"{self.t}; what needs them is left out (train with --keep-clients true from round 0)",
+                  file=sys.stderr)
 
     def zeros(self, *lead) -> torch.Tensor:
         return torch.zeros(*lead, self.space.P, dtype=self.dtype, device=self.device)
@@ -404,6 +417,9 @@ class Run:
     # ---- one round --------------------------------------------------------------------------------
     def round(self) -> RoundCtx:
         algo = self.algo
+        for cb in self.callbacks:                    # a hook that reads the clients' last local models asks for them
+            if self.last_local is None and getattr(cb, "needs_last_local", False):
+                self.keep_last_local(f"the {getattr(cb, 'name', 'probe')} hook")
         ctx = self.round_ctx(self.t)
         if self.bspace.P:
             ctx.extra["buf"] = self.buf.expand(ctx.n, -1).clone()

@@ -61,7 +61,7 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "ckpt_every", "eval_every", "eval_samples", "on_divergence", *EXECUTION}
+_RESUME_FREE = {"rounds", "ckpt_every", "ckpt_keep", "eval_every", "eval_samples", "on_divergence", *EXECUTION}
 
 
 def _diverged(run: Run, row: dict | None) -> str | None:
