@@ -57,9 +57,13 @@ class RoundCtx:
     k: int = 0                        # current local step
     active: torch.Tensor | None = None  # bool [n]: clients still stepping at step k
     all_on: bool = True               # every client steps at step k (k < min K_i): no masks needed
-    rows: torch.Tensor | None = None  # the active rows when not all_on
+    rows: torch.Tensor | None = None  # the active rows when not all_on (on the device)
+    rows_host: list | None = None     # the same rows as Python ints: decided on the host from K, never read back
     K_dev: torch.Tensor | None = None  # K on the run's device
     Kmin: int = 0
+    act: torch.Tensor | None = None   # bool [max K_i, n] on the device: act[k, j] = K_j > k
+    row_at: dict = field(default_factory=dict)  # k -> (device rows, host rows) for the masked steps k >= Kmin
+    sizes: list = field(default_factory=list)   # sizes[j][k] = |batch of client S[j] at step k| (host ints)
     I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
     W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
@@ -97,7 +101,7 @@ class Run:
         if self.X.dim() == 4:                        # images channels-last: ~25% faster convolutions on CPU (measured)
             self.X, self.Xte = (t.contiguous(memory_format=torch.channels_last) for t in (self.X, self.Xte))
         self.Yte = self.ds.y_test.to(**dev)
-        self.idx = [torch.as_tensor(ix, dtype=torch.long, device=self.device) for ix in self.part.indices]
+        self.idx = [torch.as_tensor(ix, dtype=torch.long) for ix in self.part.indices]    # host: batches are drawn
         self.n_i = torch.tensor([len(ix) for ix in self.part.indices])
         if (self.n_i == 0).any():
             raise UserError(f"--clients: {int((self.n_i == 0).sum())} client(s) got no data with partition "
@@ -120,7 +124,7 @@ class Run:
         # ---- evaluation subsets (fixed for the run) -------------------------------------------------
         g = generator(cfg.seed, purpose="eval")
         union = torch.cat(self.idx).unique()
-        self.eval_train = union[torch.randperm(len(union), generator=g)[:cfg.eval_train_samples].to(self.device)]
+        self.eval_train = union[torch.randperm(len(union), generator=g)[:cfg.eval_train_samples]].to(self.device)
         g = generator(cfg.seed, client=0, purpose="eval")
         self.eval_test = torch.randperm(len(self.Yte), generator=g)[:cfg.eval_samples].to(self.device)
         # ---- state ------------------------------------------------------------------------------
@@ -144,6 +148,8 @@ class Run:
             raise UserError("--compile: compiles the vmapped step of all active clients; it needs --client-parallel "
                             f"vmap (this run resolved to {self.parallel})")
         self._vfns = {}                              # the vmapped gradient per batch kind, built once (_vgrad)
+        self.n_compiles, self._warned = 0, False     # --compile: graphs compiled so far (_counted)
+        self._n_pad = (None, 0)                      # --compile: (rounds, largest active set) (n_pad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it; hooks: keep_last_local
         if cfg.precision == "tf32" and self.device.type != "cuda":
@@ -249,19 +255,20 @@ class Run:
         return max(1, round(cfg.local_epochs * math.ceil(int(self.n_i[i]) / cfg.batch_size)))
 
     def batches(self, t: int, i: int, K: int) -> list[torch.Tensor]:
-        """K minibatches of client i in round t: reshuffle every epoch; epochs keep the last partial batch
+        """K minibatches of client i in round t (host index tensors, drawn on the CPU generator whatever the run's
+        device, so every device sees the same batches): reshuffle every epoch; epochs keep the last partial batch
         (a DataLoader with shuffle=True), --local-steps draws full batches from consecutive permutations."""
         g, ix, B = generator(self.cfg.seed, t, i, "batch"), self.idx[i], self.cfg.batch_size
         n = len(ix)
         out = []
         if self.cfg.local_steps is None:
             while len(out) < K:
-                perm = ix[torch.randperm(n, generator=g).to(ix.device)]
+                perm = ix[torch.randperm(n, generator=g)]
                 out.extend(perm.split(B))
             return out[:K]
         need = K * min(B, n)
         reps = -(-need // n)
-        perm = torch.cat([ix[torch.randperm(n, generator=g).to(ix.device)] for _ in range(reps)])
+        perm = torch.cat([ix[torch.randperm(n, generator=g)] for _ in range(reps)])
         return list(perm[:need].split(min(B, n)))
 
     def round_ctx(self, t: int) -> RoundCtx:
@@ -269,24 +276,35 @@ class Run:
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
         ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
-        ctx.K_dev, ctx.Kmin = K.to(self.device), int(K.min())
+        ctx.K_dev, ctx.Kmin = self.dev(K), int(K.min())          # K lives on the host: no read-back per step
+        act = torch.arange(int(K.max()))[:, None] < K[None, :]
+        ctx.act = self.dev(act)
+        masked = [act[k].nonzero().flatten() for k in range(ctx.Kmin, act.shape[0])]
+        if masked:                                   # the rows of every masked step, moved in one copy
+            dev = self.dev(torch.cat(masked)).split([len(r) for r in masked])
+            ctx.row_at = {ctx.Kmin + q: (dev[q], masked[q].tolist()) for q in range(len(masked))}
         self._pad(ctx)
         if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
-            ctx.aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long, device=self.device)
+            aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
             for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
-                g = generator(self.cfg.seed, t, i, "augment", self.device)
+                g = generator(self.cfg.seed, t, i, "augment")      # the CPU generator on every device
                 for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
-                    ctx.aug[j, k, :, :a.shape[1]] = a
+                    aug[j, k, :, :a.shape[1]] = a
+            ctx.aug = self.dev(aug)
         return ctx
+
+    def dev(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the run's device, copied without waiting (no host sync on CUDA)."""
+        return t.to(self.device, non_blocking=True)
 
     def _pad(self, ctx: RoundCtx) -> None:
         """The round's minibatch indices as one padded table I [n, max K_i, max B] (row j, step k: client
         S[j]'s batch, padded with its first index) and, where batches are unequal, mean-loss weights W
         (1/|b| on real samples, 0 on padding) so a padded batch has the same mean loss as the real one."""
         n, Kmax = ctx.n, int(ctx.K.max())
-        sizes = [[len(b) for b in bs] for bs in ctx.batches]
+        ctx.sizes = sizes = [[len(b) for b in bs] for bs in ctx.batches]
         B = max(max(s) for s in sizes)
-        I = torch.empty(n, Kmax, B, dtype=torch.long, device=self.device)
+        I = torch.empty(n, Kmax, B, dtype=torch.long)
         full = all(len(s) == Kmax and min(s) == B for s in sizes)
         for j, bs in enumerate(ctx.batches):
             if len(bs) == Kmax and min(sizes[j]) == B:
@@ -295,20 +313,20 @@ class Run:
             I[j] = bs[0][0]
             for k, b in enumerate(bs):
                 I[j, k, :len(b)] = b
-        ctx.I, ctx.W, ctx.padded = I, None, []
+        ctx.I, ctx.W, ctx.padded = self.dev(I), None, []
         if not full:
             nb = torch.zeros(n, Kmax, dtype=self.dtype)
             for j, s in enumerate(sizes):
                 nb[j, :len(s)] = torch.tensor(s, dtype=self.dtype)
             valid = torch.arange(B, dtype=self.dtype) < nb[..., None]
-            ctx.W = (valid / nb.clamp(min=1)[..., None]).to(self.device)
+            ctx.W = self.dev(valid / nb.clamp(min=1)[..., None])
             ctx.padded = [any(len(s) > k and s[k] < B for s in sizes) for k in range(Kmax)]
 
     def set_step(self, ctx: RoundCtx, k: int) -> None:
         """Step k's active clients: every one while k < min K_i (no masks), else those with K_i > k."""
         ctx.k, ctx.all_on = k, k < ctx.Kmin
-        ctx.active = ctx.K_dev > k
-        ctx.rows = None if ctx.all_on else ctx.active.nonzero().flatten()
+        ctx.active = ctx.act[k]
+        ctx.rows, ctx.rows_host = ctx.row_at.get(k, (None, None))
 
     # ---- the model as a function --------------------------------------------------------------------
     def forward(self, theta: torch.Tensor, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
@@ -321,7 +339,7 @@ class Run:
 
     def batch(self, ctx: RoundCtx, j: int, k: int):
         """Client S[j]'s minibatch at step k (its real samples, augmented with the round's draws)."""
-        ix = ctx.batches[j][k]
+        ix = ctx.I[j, k, :ctx.sizes[j][k]]           # the device copy of ctx.batches[j][k]
         xb = self.X[ix]
         if ctx.aug is not None:
             xb = aug_apply(xb, ctx.aug[j, k, :, :len(ix)])
@@ -330,18 +348,40 @@ class Run:
     def step_data(self, ctx: RoundCtx, k: int):
         """Step k's minibatches of the active clients, once (SAM's two passes share them): a list of (x, y) per
         active client (loop), or stacked [n_act, B, ...] tensors with mean-loss weights or None (vmap)."""
-        rows = range(ctx.n) if ctx.all_on else ctx.rows.tolist()
         if self.parallel == "loop":
-            return [self.batch(ctx, j, k) for j in rows]
-        I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
+            return [self.batch(ctx, j, k) for j in (range(ctx.n) if ctx.all_on else ctx.rows_host)]
+        if self.cfg.compile:                         # one fixed shape: every row, padded to the run's largest set
+            fixed = self._fixed(ctx)
+            I, A, W = fixed["I"][:, k], None if ctx.aug is None else fixed["aug"][:, k], fixed["W"][:, k]
+        else:
+            I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
+            A = None if ctx.aug is None else ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]   # [n_act, 3, B]
+            W = None
+            if ctx.W is not None and ctx.padded[k]:
+                W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
         xb = self.X[I]
-        if ctx.aug is not None:
-            A = ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]                  # [n_act, 3, B]
+        if A is not None:
             xb = aug_apply(xb.flatten(0, 1), A.transpose(0, 1).flatten(1)).view(xb.shape)
-        W = None
-        if ctx.W is not None and ctx.padded[k]:
-            W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
         return xb, self.Y[I], W
+
+    def n_pad(self) -> int:
+        """--compile's row count: the largest active set of the run's rounds (the seeded sampling is known in
+        advance), so the compiled step sees one shape in every round."""
+        if self._n_pad[0] != self.cfg.rounds:
+            self._n_pad = (self.cfg.rounds, max(len(self.sample_clients(t)) for t in range(max(self.cfg.rounds, 1))))
+        return self._n_pad[1]
+
+    def _fixed(self, ctx: RoundCtx) -> dict:
+        """The round's batch tables padded to ``n_pad`` rows, with mean-loss weights everywhere (zero on padding
+        and past each K_i): one kind of batch, one shape, one compile."""
+        if "fixed" not in ctx.extra:
+            n, N = ctx.n, max(self.n_pad(), ctx.n)
+            pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
+            W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
+                                                           device=self.device)
+            ctx.extra["fixed"] = {"I": pad(ctx.I), "W": torch.cat([W, W.new_zeros(N - n, *W.shape[1:])]),
+                                  "aug": None if ctx.aug is None else pad(ctx.aug)}
+        return ctx.extra["fixed"]
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
         """Minibatch loss gradients of the active clients at their points x [n, P] (rows of inactive clients
@@ -352,22 +392,33 @@ class Run:
         with self.autocast:
             return self._grads(ctx, x, data)
 
-    def scratch(self, name: str, like: torch.Tensor) -> torch.Tensor:
+    def scratch(self, name: str, like: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """A persistent work buffer shaped like ``like`` (fresh [n, P] tensors cost page faults on every step).
         The gradient buffers alternate (``grads`` returns buffer 0, 1, 0, ...), so a gradient stays valid through
         the next call in the same step (SAM's two passes), not across steps: a part that keeps one copies it."""
         b = self._scratch.get(name)
-        if b is None or b.shape != like.shape or b.dtype != like.dtype or b.device != like.device:
-            b = self._scratch[name] = torch.empty_like(like)
+        shape = like.shape if rows is None else (rows, *like.shape[1:])
+        if b is None or b.shape != shape or b.dtype != like.dtype or b.device != like.device:
+            b = self._scratch[name] = like.new_empty(shape)
         return b
 
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
         self._flip ^= 1
         out = self.scratch(f"grad{self._flip}", x)
-        if not ctx.all_on:
+        fixed = self.parallel == "vmap" and self.cfg.compile       # all rows: those past K_i get zero weights
+        if not (ctx.all_on or fixed):
             out.zero_()
-        rows = None if ctx.all_on else ctx.rows
+        rows = None if ctx.all_on or fixed else ctx.rows
         xa = x.detach() if rows is None else x.detach()[rows]
+        if fixed:                                    # rows beyond n: copies of row 0, weights 0, results dropped
+            N = len(data[2])
+            xp = self.scratch("x_pad", x, rows=N)
+            xp[:len(x)] = xa
+            xp[len(x):] = xa[:1]
+            g = self._vgrad(self.space.unflatten(xp), *data)
+            torch.cat([v[:len(x)].flatten(1) for v in g.values()], 1, out=out)
+            self.n_grads += len(x)
+            return out
         if self.parallel == "vmap":
             g = self._vgrad(self.space.unflatten(xa), *data)
             if rows is None:
@@ -377,7 +428,7 @@ class Run:
             self.n_grads += len(xa)
             return out
         for r, (xb, yb) in enumerate(data):
-            j = r if rows is None else int(rows[r])
+            j = r if rows is None else ctx.rows_host[r]
             leaves = {n: v.requires_grad_() for n, v in self.space.unflatten(xa[r]).items()}
             buf = ctx.extra["buf"][j] if self.bspace.P else None
             loss = self.loss(self._call(leaves, xb, buf), yb)
@@ -396,8 +447,19 @@ class Run:
             else:
                 f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
             fn = torch.func.vmap(torch.func.grad(f))
-            fn = self._vfns[key] = torch.compile(fn) if self.cfg.compile else fn
+            fn = self._vfns[key] = torch.compile(fn, backend=self._counted) if self.cfg.compile else fn
         return fn(params, xb, yb) if key else fn(params, xb, yb, W)
+
+    def _counted(self, gm, example_inputs):
+        """torch.compile's inductor backend, counting compiles (``n_compiles``); warns once where torch._dynamo's
+        recompile limit is reached, after which it would run the step eagerly without a word."""
+        self.n_compiles += 1
+        limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
+        if self.n_compiles >= limit and not self._warned:
+            self._warned = True
+            print(f"warning: --compile: the step was compiled {self.n_compiles} times (torch._dynamo's recompile "
+                  f"limit {limit}); shapes beyond it run eagerly", file=sys.stderr)
+        return torch._dynamo.lookup_backend("inductor")(gm, example_inputs)
 
     def step(self, ctx: RoundCtx, x: torch.Tensor, d: torch.Tensor, decay: float) -> None:
         """x <- x (1 - eta c) - eta clip(d) in place (two passes over the active rows); clients past their own
