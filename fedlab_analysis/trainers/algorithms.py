@@ -129,7 +129,7 @@ class ALS(Part):
     def direction(self, run, ctx, x, d, decay):
         if self.scaffold:
             c = run.state["c_k"]
-            d = d + (c.mean(0) - c[ctx.S])
+            d = d + (c.mean(0) - c[ctx.S_dev])
         return d, decay
 
     def _sync(self, run, ctx, x, mask, period):

@@ -47,7 +47,7 @@ PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha"
 class RoundCtx:
     """What one round knows: the active clients, their step counts and minibatches, the learning rate."""
     t: int
-    S: torch.Tensor                   # active client ids, sorted, long [n]
+    S: torch.Tensor                   # active client ids, sorted, long [n] (host)
     lr: float
     w: torch.Tensor                   # global model at the start of the round [P]
     K: torch.Tensor                   # local steps per active client, long [n]
@@ -64,6 +64,7 @@ class RoundCtx:
     act: torch.Tensor | None = None   # bool [max K_i, n] on the device: act[k, j] = K_j > k
     row_at: dict = field(default_factory=dict)  # k -> (device rows, host rows) for the masked steps k >= Kmin
     sizes: list = field(default_factory=list)   # sizes[j][k] = |batch of client S[j] at step k| (host ints)
+    S_dev: torch.Tensor | None = None  # S on the run's device
     I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
     W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
@@ -137,6 +138,7 @@ class Run:
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
         self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
+        self._stage = {}                             # host staging buffers for --state-device cpu (Run.rows, put)
         self.parallel = cfg.client_parallel
         if self.parallel == "auto":                  # vmap, except: BatchNorm statistics, or convolutions on a CPU
             conv = any(isinstance(mod, torch.nn.modules.conv._ConvNd) for mod in self.model.modules())
@@ -220,16 +222,53 @@ class Run:
     def table(self) -> torch.Tensor:
         """A per-client state table [m, P] (SCAFFOLD c_i, FedDyn h_i, ...) on --state-device: the run's device, or
         host memory (pinned when the run is on CUDA) with the active rows moved per round."""
-        pin = self.state_device.type == "cpu" and self.device.type == "cuda"
-        return torch.zeros(self.m, self.space.P, dtype=self.dtype, device=self.state_device, pin_memory=pin)
+        return torch.zeros(self.m, self.space.P, dtype=self.dtype, device=self.state_device)   # staged: Run.rows
 
     def rows(self, table: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-        """The rows S of a state table, on the run's device (a new tensor)."""
-        return table[S.to(table.device)].to(self.device, non_blocking=True)
+        """The rows S of a state table, on the run's device (a new tensor). A host table (--state-device cpu) is
+        gathered with ``index_select`` into a staging buffer reused across rounds (pinned where the run is on CUDA)
+        and copied without waiting."""
+        if table.device == self.device:
+            return torch.index_select(table, 0, S if S.device == table.device else self.dev(S))
+        buf = self._staging("get", table, len(S))
+        torch.index_select(table, 0, S.cpu(), out=buf)
+        out = buf.to(self.device, non_blocking=True)
+        self._staged(buf)
+        return out
 
     def put(self, table: torch.Tensor, S: torch.Tensor, v: torch.Tensor) -> None:
-        """table[S] = v, across devices."""
-        table[S.to(table.device)] = v.to(table.device)
+        """table[S] = v, across devices (a host table: through a reused staging buffer, then ``index_copy_``)."""
+        if table.device == v.device:
+            table[S if S.device == table.device else self.dev(S)] = v
+            return
+        buf = self._staging("put", table, len(S))
+        buf.copy_(v, non_blocking=True)
+        if v.device.type == "cuda":                  # the host reads buf next: wait for this copy (once per round)
+            torch.cuda.current_stream(v.device).synchronize()
+        table.index_copy_(0, S.cpu(), buf)
+
+    def _staging(self, kind: str, table: torch.Tensor, n: int) -> torch.Tensor:
+        """A host buffer [n, P] for ``table``'s rows, kept across rounds (grown when a round has more clients);
+        pinned when the run is on CUDA; a copy still reading it from an earlier round is waited for first."""
+        key = (kind, table.data_ptr())
+        buf, event = self._stage.get(key, (None, None))
+        if event is not None:
+            event.synchronize()
+        if buf is None or len(buf) < n:
+            buf = torch.empty(max(n, 1), *table.shape[1:], dtype=table.dtype,
+                              pin_memory=self.device.type == "cuda")
+        self._stage[key] = (buf, None)
+        return buf[:n]
+
+    def _staged(self, view: torch.Tensor) -> None:
+        """Mark the staging buffer under ``view`` as read by an asynchronous copy (CUDA): waited for at reuse."""
+        if self.device.type != "cuda":
+            return
+        for key, (buf, _) in self._stage.items():
+            if buf.data_ptr() == view.data_ptr():
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(self.device))
+                self._stage[key] = (buf, event)
 
     def lr_at(self, t: int) -> float:
         return self.cfg.lr * self.cfg.lr_decay ** t
@@ -277,6 +316,7 @@ class Run:
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
         ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
         ctx.K_dev, ctx.Kmin = self.dev(K), int(K.min())          # K lives on the host: no read-back per step
+        ctx.S_dev = self.dev(S)
         act = torch.arange(int(K.max()))[:, None] < K[None, :]
         ctx.act = self.dev(act)
         masked = [act[k].nonzero().flatten() for k in range(ctx.Kmin, act.shape[0])]
@@ -504,7 +544,7 @@ class Run:
             self.buf = ctx.extra["buf"].mean(0)
         if self.last_local is not None:
             self.put(self.last_local, ctx.S, x)
-        self.last_round[ctx.S] = self.t
+        self.last_round[ctx.S_dev] = self.t
         self.t += 1
         for cb in self.callbacks:
             cb("round", self, ctx, x)

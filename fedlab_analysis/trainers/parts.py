@@ -138,7 +138,7 @@ class LESAM(Plain):
         if self.source == "last_global_update":
             u = back.expand(ctx.n, -1)
         else:
-            seen = run.state["seen"][ctx.S][:, None]
+            seen = run.state["seen"][ctx.S_dev][:, None]
             first = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[self.first]
             u = torch.where(seen, run.rows(run.state["w_old"], ctx.S) - w, first.expand(ctx.n, -1))
         ctx.extra["delta"] = self.rho * _normalize(u)
@@ -149,7 +149,7 @@ class LESAM(Plain):
     def client_end(self, run, ctx, x):
         if self.tables:
             run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
-        run.state["seen"][ctx.S] = True
+        run.state["seen"][ctx.S_dev] = True
 
     def server_end(self, run, ctx, x, w_new):
         run.state["last_update"] = w_new - ctx.w
