@@ -223,10 +223,11 @@ def test_no_host_read_per_local_step(algo, mode, monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("algo,mode", [("fedavg", "vmap"), ("fedsmoo", "vmap"), ("scaffold", "loop"),
-                                       ("fedlesam", "vmap")])
+                                       ("fedlesam", "vmap"), ("fedinit", "loop"), ("fedals-scaffold", "vmap"),
+                                       ("fedcm", "vmap")])
 def test_cuda_round_has_no_sync(algo, mode):
-    run = Run(RunConfig(**{**BASE, "algo": algo, "client_parallel": mode, "device": "cuda", "augment": True}),
-              dataset=digits(augmentable=True))
+    kw = _kw({"algo": algo, "client_parallel": mode, "device": "cuda", "augment": True})
+    run = Run(RunConfig(**kw), dataset=digits(augmentable=True))
     run.round()                                       # warm-up (lazy CUDA init may sync)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

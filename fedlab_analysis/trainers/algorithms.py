@@ -117,7 +117,8 @@ class ALS(Part):
         if run.cfg.phi_layers is not None and not 1 <= L <= n - 1:   # phi and h each need a layer
             raise UserError(f"--phi-layers: must be in 1..{n - 1}, as {run.cfg.model} has {n} layers (got {L})")
         run.space = run.space.with_phi_layers(L)
-        self.phi, self.h = run.space.mask("group:phi", run.device), ~run.space.mask("group:phi", run.device)
+        phi = run.space.mask("group:phi")                 # as index tensors: a boolean mask would sync every step
+        self.phi, self.h = phi.nonzero().flatten().to(run.device), (~phi).nonzero().flatten().to(run.device)
         for k in self.tables:                     # read whole at every step: on the run's device, not --state-device
             run.state[k] = run.zeros(run.m)
         if self.scaffold:

@@ -228,7 +228,7 @@ class Run:
         """The rows S of a state table, on the run's device (a new tensor). A host table (--state-device cpu) is
         gathered with ``index_select`` into a staging buffer reused across rounds (pinned where the run is on CUDA)
         and copied without waiting."""
-        if table.device == self.device:
+        if table.device.type == self.device.type:    # (a table on 'cuda:0' is on the run's 'cuda')
             return torch.index_select(table, 0, S if S.device == table.device else self.dev(S))
         buf = self._staging("get", table, len(S))
         torch.index_select(table, 0, S.cpu(), out=buf)
@@ -544,7 +544,7 @@ class Run:
             self.buf = ctx.extra["buf"].mean(0)
         if self.last_local is not None:
             self.put(self.last_local, ctx.S, x)
-        self.last_round[ctx.S_dev] = self.t
+        self.last_round.index_fill_(0, ctx.S_dev, self.t)
         self.t += 1
         for cb in self.callbacks:
             cb("round", self, ctx, x)

@@ -49,7 +49,7 @@ def K_divisor(run, ctx) -> torch.Tensor:
     if run.cfg.k_rule == "client0" and run.cfg.local_steps is None:
         return torch.full((ctx.n,), run.cfg.local_epochs * float(run.n_i[0]) / run.cfg.batch_size,
                           dtype=run.dtype, device=run.device)
-    return ctx.K.to(run.dtype).to(run.device)
+    return ctx.K_dev.to(run.dtype)
 
 
 def anchor(run, ctx) -> torch.Tensor:
@@ -149,7 +149,7 @@ class LESAM(Plain):
     def client_end(self, run, ctx, x):
         if self.tables:
             run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
-        run.state["seen"][ctx.S_dev] = True
+        run.state["seen"].index_fill_(0, ctx.S_dev, True)
 
     def server_end(self, run, ctx, x, w_new):
         run.state["last_update"] = w_new - ctx.w
