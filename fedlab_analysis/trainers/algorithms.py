@@ -37,6 +37,8 @@ class Algorithm:
                                             cfg.algo == "fedinit" else [])
         self.K = None                              # a fixed K for every client (FedALS), else from the config
         self.needs_last_local = any(p.needs_last_local for p in self.parts)
+        self.needs_x0 = cfg.ri_anchor == "start" or (any(isinstance(p, RelaxedInit) for p in self.parts) and
+                                                     cfg.ri_agg == "delta_from_init")    # reads ctx.x0
         self.tables = [k for p in self.parts for k in p.tables]      # per-client [m, P] tables, by name
         self.vectors = [k for p in self.parts for k in p.vectors]    # [P] vectors
 
