@@ -149,9 +149,12 @@ class RunConfig:
     eval_train_samples: int = _f(2000, "size of the fixed train subset used for train_loss/train_acc", lo=1)
     eval_samples: int = _f(0, "between the --eval-every rounds, also evaluate every round on a fixed test subsample "
                            "of this size (row field test_samples says which); 0 = off", lo=0)
-    ckpt_every: int = _f(0, "write ckpt/round_XXXX.pt every k rounds (0 = only last.pt)", lo=0)
-    keep_clients: bool = _f(True, "keep every client's last local model (an m x P table) and store it in "
-                            "checkpoints; RI and FedALS always keep it")
+    ckpt_every: int = _f(0, "save every k rounds (0 = only last.pt at the end); see --ckpt-keep", lo=0)
+    ckpt_keep: str = _f("all", "what --ckpt-every leaves: all (ckpt/round_XXXX.pt of the model and [P] state every k "
+                        "rounds, plus last.pt with everything a resume needs) | last (only last.pt, rewritten every "
+                        "k rounds)", choices=("all", "last"))
+    keep_clients: bool = _f(False, "also keep every client's last local model (an m x P table) and store it in "
+                            "checkpoints; kept anyway where the algorithm (RI, FedALS) or a --probe reads it")
     probe: str | None = _f(None, "probes watching training, comma-separated (consensus, drift, sharpness); their "
                            "numbers go into metrics.jsonl")
     probe_every: int = _f(1, "run the --probe hooks every k rounds", lo=0)

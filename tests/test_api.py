@@ -86,7 +86,8 @@ def test_bad_custom_data_is_one_line(kw, needle):
 
 # ---- continuing a run object --------------------------------------------------------------------------------
 def _same(a, b):
-    assert a.t == b.t and torch.equal(a.w, b.w) and torch.equal(a.last_local, b.last_local)
+    assert a.t == b.t and torch.equal(a.w, b.w)
+    assert (a.last_local is None and b.last_local is None) or torch.equal(a.last_local, b.last_local)
     assert a.state.keys() == b.state.keys() and all(torch.equal(a.state[k], b.state[k]) for k in a.state)
 
 

@@ -93,7 +93,8 @@ def test_drift_positive_for_heterogeneous_clients_and_none_without_perturbation(
 
 
 def test_cli_agrees_with_hook(tmp_path, tiny_cfg, capsys):
-    run, hook = Run(tiny_cfg(algo="fedlesam", rounds=4, partition="iid")), drift.make_hook(steps=None, samples=None)
+    run = Run(tiny_cfg(algo="fedlesam", rounds=4, partition="iid", keep_clients=True))     # staleness: clients' rounds
+    hook = drift.make_hook(steps=None, samples=None)
     run.callbacks.append(hook)
     for _ in range(4):
         run.round()

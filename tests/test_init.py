@@ -26,7 +26,7 @@ def test_start_is_bit_identical_from_a_checkpoint_and_a_state_dict(tmp_path, tin
     sd_file = tmp_path / "sd.pt"
     torch.save(named(a), sd_file)                                     # a plain state_dict file
     assert torch.equal(Run(tiny_cfg(seed=2, init=str(sd_file))).w, a.w)
-    b = Run(tiny_cfg(seed=2), init=named(a))
+    b = Run(tiny_cfg(seed=2, keep_clients=True), init=named(a))
     assert torch.equal(b.w, a.w) and torch.equal(b.last_local, a.w.expand(b.m, -1))
 
 

@@ -178,3 +178,99 @@ def test_compiled_step_agrees_with_eager():
     assert run.cfg.compile and run._vfns
     assert all(hasattr(f, "_torchdynamo_orig_callable") for f in run._vfns.values())      # really compiled
     assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4), (eager - compiled).abs().max()
+
+
+# ---- no host sync per local step; compile that stays compiled; the same draws on every device ----------------
+SYNCS = ("item", "tolist", "nonzero", "__int__", "__bool__", "__index__", "__float__")
+
+
+def _host_reads(run, monkeypatch):
+    """Calls that read a tensor's values back into Python (a host sync on CUDA) during one round, after the round's
+    host-side set-up (round_ctx draws the batches on the host, where reading values is free)."""
+    count = {"n": 0, "on": True}
+    for name in SYNCS:
+        orig = getattr(torch.Tensor, name)
+
+        def wrapped(self, *a, _orig=orig, **k):
+            count["n"] += count["on"]
+            return _orig(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    setup = run.round_ctx
+
+    def quiet_setup(t):
+        count["on"] = False
+        try:
+            return setup(t)
+        finally:
+            count["on"] = True
+    monkeypatch.setattr(run, "round_ctx", quiet_setup)
+    run.round()
+    monkeypatch.undo()
+    return count["n"]
+
+
+@pytest.mark.parametrize("algo,mode", [("fedavg", "loop"), ("fedsmoo", "vmap"), ("scaffold", "vmap")])
+def test_no_host_read_per_local_step(algo, mode, monkeypatch):
+    """Unequal K_i: more local steps (more masked steps) must not mean more reads of tensor values on the host; the
+    masked rows are decided from K on the host (the old code read them back with nonzero/tolist/int every step)."""
+    reads = []
+    for epochs in (1, 4):
+        kw = {**BASE, "algo": algo, "client_parallel": mode, "local_epochs": epochs, "batch_size": 16}
+        run = Run(RunConfig(**kw), dataset=digits())
+        reads.append(_host_reads(run, monkeypatch))
+    assert reads[0] == reads[1], reads
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("algo,mode", [("fedavg", "vmap"), ("fedsmoo", "vmap"), ("scaffold", "loop"),
+                                       ("fedlesam", "vmap"), ("fedinit", "loop"), ("fedals-scaffold", "vmap"),
+                                       ("fedcm", "vmap")])
+def test_cuda_round_has_no_sync(algo, mode):
+    kw = _kw({"algo": algo, "client_parallel": mode, "device": "cuda", "augment": True})
+    run = Run(RunConfig(**kw), dataset=digits(augmentable=True))
+    run.round()                                       # warm-up (lazy CUDA init may sync)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run.round()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.slow
+def test_compile_stays_compiled_over_50_rounds():
+    """Bernoulli sampling (the active set's size changes) and unequal K_i (masked rows): the old code recompiled on
+    every new shape (4 times in the first 8 rounds here) and fell back to eager at torch._dynamo's limit."""
+    cfg = RunConfig(**{**BASE, "algo": "fedavg", "clients": 20, "active_ratio": 0.3, "sampling": "bernoulli",
+                       "rounds": 50, "client_parallel": "vmap", "compile": True, "batch_size": 32})
+    run = Run(cfg, dataset=digits())
+    sizes = set()
+    for _ in range(50):
+        sizes.add(run.round().n)
+    assert len(sizes) >= 3 and run.n_compiles <= 2, (sorted(sizes), run.n_compiles)
+
+
+def test_draws_come_from_the_cpu_generator(monkeypatch):
+    """Augmentation and minibatch draws use CPU generators whatever the run's device (so a GPU run sees the CPU
+    run's crops and flips), and the round's table equals the CPU draw sequence."""
+    from fedlab_analysis.data.augment import aug_draw
+    from fedlab_analysis.trainers import engine, rng
+    devices = []
+    real = rng.generator
+
+    def spy(*a, **k):
+        g = real(*a, **k)
+        devices.append(g.device.type)
+        return g
+    monkeypatch.setattr(engine, "generator", spy)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    run = Run(RunConfig(**{**BASE, "algo": "fedavg", "augment": True, "device": dev}), dataset=digits(True))
+    ctx = run.round_ctx(0)
+    assert set(devices) == {"cpu"}
+    for j, i in enumerate(ctx.S.tolist()):
+        sizes = [len(b) for b in ctx.batches[j]]
+        want = aug_draw(sum(sizes), real(BASE["seed"], 0, i, "augment")).split(sizes, 1)
+        for k, a in enumerate(want):
+            assert torch.equal(ctx.aug[j, k, :, :sizes[k]].cpu(), a)
+            assert torch.equal(ctx.I[j, k, :sizes[k]].cpu(), ctx.batches[j][k])
+    assert all(b.device.type == "cpu" for bs in ctx.batches for b in bs)

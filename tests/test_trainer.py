@@ -72,6 +72,43 @@ def test_resume_after_interruption(tmp_path, tiny_cfg):
     assert (ck / "last.pt").read_bytes() == (ck / "round_0004.pt").read_bytes()
 
 
+def test_lean_checkpoints_resume_bit_identical(tmp_path, tiny_cfg):
+    """--ckpt-keep last writes only last.pt; --ckpt-keep all writes model checkpoints without the per-client tables
+    (FedSMOO's mu and h) beside a full last.pt; an interrupted run resumes from either bit-identically."""
+    import pytest
+    cfg = tiny_cfg(algo="fedsmoo", rounds=5, ckpt_every=2, ckpt_keep="last")
+    train(cfg, tmp_path / "full")
+    assert sorted(p.name for p in (tmp_path / "full/ckpt").iterdir()) == ["last.pt"]
+
+    def crash(ev, run, ctx, x):
+        if ev == "round" and run.t == 3:
+            raise KeyboardInterrupt
+    for keep in ("last", "all"):
+        c = tiny_cfg(algo="fedsmoo", rounds=5, ckpt_every=2, ckpt_keep=keep)
+        with pytest.raises(KeyboardInterrupt):
+            train(c, tmp_path / keep, callbacks=[crash])
+        train(c, tmp_path / keep, resume=True)
+        a, b = _state(tmp_path / "full/ckpt/last.pt"), _state(tmp_path / f"{keep}/ckpt/last.pt")
+        assert a["round"] == b["round"] == 5 and set(a["algo_state"]) == set(b["algo_state"]) == {"mu", "h", "s", "H"}
+        for k in a["algo_state"]:
+            assert torch.equal(a["algo_state"][k], b["algo_state"][k]), k
+        for k in a["global"]:
+            assert torch.equal(a["global"][k], b["global"][k]), k
+    r2 = checkpoint.load(tmp_path / "all/ckpt/round_0002.pt")
+    assert r2["round"] == 2 and set(r2["algo_state"]) == {"s", "H"} and r2["clients"] is None
+    assert (tmp_path / "all/ckpt/round_0002.pt").stat().st_size < (tmp_path / "all/ckpt/last.pt").stat().st_size / 2
+
+
+def test_checkpoint_writes_tables_without_a_copy(tiny_cfg):
+    from fedlab_analysis.trainers.loop import to_checkpoint
+    run = Run(tiny_cfg(algo="scaffold", keep_clients=True))
+    run.round()
+    ck = to_checkpoint(run, None)
+    assert ck["algo_state"]["c_i"].data_ptr() == run.state["c_i"].data_ptr()          # as it is, not cloned
+    assert ck["clients"]["models"].data_ptr() == run.last_local.data_ptr()
+    assert ck["algo_state"]["c"].data_ptr() != run.state["c"].data_ptr()              # model-sized: own storage
+
+
 def test_client_order_and_company_invariance(tiny_cfg):
     """A client's local model depends only on (seed, round, client): not on which other clients run, nor order."""
     cfg = tiny_cfg(active_ratio=1.0, dtype="float64", local_steps=3)

@@ -163,6 +163,7 @@ def make_hook(name: str = "consensus", every: int = 1, steps=None, *, by: str = 
             rows.append(row)
 
     hook.rows = rows
+    hook.needs_last_local, hook.name = True, name     # the round forms over all clients read run.last_local
     return hook
 
 

@@ -37,6 +37,10 @@ class Algorithm:
                                             cfg.algo == "fedinit" else [])
         self.K = None                              # a fixed K for every client (FedALS), else from the config
         self.needs_last_local = any(p.needs_last_local for p in self.parts)
+        self.needs_x0 = cfg.ri_anchor == "start" or (any(isinstance(p, RelaxedInit) for p in self.parts) and
+                                                     cfg.ri_agg == "delta_from_init")    # reads ctx.x0
+        self.tables = [k for p in self.parts for k in p.tables]      # per-client [m, P] tables, by name
+        self.vectors = [k for p in self.parts for k in p.vectors]    # [P] vectors
 
     def init(self, run):
         for p in self.parts:
@@ -104,6 +108,7 @@ class ALS(Part):
 
     def __init__(self, tau: int, alpha: int, scaffold: bool = False):
         self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
+        self.tables = ("c_k", "x_sync") if scaffold else ()
 
     def init(self, run):
         n = run.space.n_blocks
@@ -114,10 +119,12 @@ class ALS(Part):
         if run.cfg.phi_layers is not None and not 1 <= L <= n - 1:   # phi and h each need a layer
             raise UserError(f"--phi-layers: must be in 1..{n - 1}, as {run.cfg.model} has {n} layers (got {L})")
         run.space = run.space.with_phi_layers(L)
-        self.phi, self.h = run.space.mask("group:phi", run.device), ~run.space.mask("group:phi", run.device)
+        phi = run.space.mask("group:phi")                 # as index tensors: a boolean mask would sync every step
+        self.phi, self.h = phi.nonzero().flatten().to(run.device), (~phi).nonzero().flatten().to(run.device)
+        for k in self.tables:                     # read whole at every step: on the run's device, not --state-device
+            run.state[k] = run.zeros(run.m)
         if self.scaffold:
-            run.state["c_k"] = run.zeros(run.m)
-            run.state["x_sync"] = run.w.expand(run.m, -1).clone()
+            run.state["x_sync"].copy_(run.w)
 
     def start(self, run, ctx, x):
         return run.rows(run.last_local, ctx.S)
@@ -125,7 +132,7 @@ class ALS(Part):
     def direction(self, run, ctx, x, d, decay):
         if self.scaffold:
             c = run.state["c_k"]
-            d = d + (c.mean(0) - c[ctx.S])
+            d = d + (c.mean(0) - c[ctx.S_dev])
         return d, decay
 
     def _sync(self, run, ctx, x, mask, period):

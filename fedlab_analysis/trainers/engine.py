@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,19 +47,24 @@ PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha"
 class RoundCtx:
     """What one round knows: the active clients, their step counts and minibatches, the learning rate."""
     t: int
-    S: torch.Tensor                   # active client ids, sorted, long [n]
+    S: torch.Tensor                   # active client ids, sorted, long [n] (host)
     lr: float
     w: torch.Tensor                   # global model at the start of the round [P]
     K: torch.Tensor                   # local steps per active client, long [n]
     batches: list[list[torch.Tensor]]  # batches[j][k] = data indices of client S[j] at step k
     aug: torch.Tensor | None = None   # augmentation draws [n, max K_i, 3, max B] (data.augment.aug_draw)
-    x0: torch.Tensor | None = None    # local start points [n, P]
+    x0: torch.Tensor | None = None    # local start points [n, P] (kept where the algorithm or a callback reads it)
     k: int = 0                        # current local step
     active: torch.Tensor | None = None  # bool [n]: clients still stepping at step k
     all_on: bool = True               # every client steps at step k (k < min K_i): no masks needed
-    rows: torch.Tensor | None = None  # the active rows when not all_on
+    rows: torch.Tensor | None = None  # the active rows when not all_on (on the device)
+    rows_host: list | None = None     # the same rows as Python ints: decided on the host from K, never read back
     K_dev: torch.Tensor | None = None  # K on the run's device
     Kmin: int = 0
+    act: torch.Tensor | None = None   # bool [max K_i, n] on the device: act[k, j] = K_j > k
+    row_at: dict = field(default_factory=dict)  # k -> (device rows, host rows) for the masked steps k >= Kmin
+    sizes: list = field(default_factory=list)   # sizes[j][k] = |batch of client S[j] at step k| (host ints)
+    S_dev: torch.Tensor | None = None  # S on the run's device
     I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
     W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
@@ -95,8 +101,10 @@ class Run:
         self.Xte = self.ds.x_test.to(dtype=self.dtype, **dev)
         if self.X.dim() == 4:                        # images channels-last: ~25% faster convolutions on CPU (measured)
             self.X, self.Xte = (t.contiguous(memory_format=torch.channels_last) for t in (self.X, self.Xte))
+        if self.device.type == "cpu" and self.ds.x_train.dtype == self.dtype:   # one copy of the images, not two
+            self.ds = dataclasses.replace(self.ds, x_train=self.X, x_test=self.Xte)
         self.Yte = self.ds.y_test.to(**dev)
-        self.idx = [torch.as_tensor(ix, dtype=torch.long, device=self.device) for ix in self.part.indices]
+        self.idx = [torch.as_tensor(ix, dtype=torch.long) for ix in self.part.indices]    # host: batches are drawn
         self.n_i = torch.tensor([len(ix) for ix in self.part.indices])
         if (self.n_i == 0).any():
             raise UserError(f"--clients: {int((self.n_i == 0).sum())} client(s) got no data with partition "
@@ -119,7 +127,7 @@ class Run:
         # ---- evaluation subsets (fixed for the run) -------------------------------------------------
         g = generator(cfg.seed, purpose="eval")
         union = torch.cat(self.idx).unique()
-        self.eval_train = union[torch.randperm(len(union), generator=g)[:cfg.eval_train_samples].to(self.device)]
+        self.eval_train = union[torch.randperm(len(union), generator=g)[:cfg.eval_train_samples]].to(self.device)
         g = generator(cfg.seed, client=0, purpose="eval")
         self.eval_test = torch.randperm(len(self.Yte), generator=g)[:cfg.eval_samples].to(self.device)
         # ---- state ------------------------------------------------------------------------------
@@ -132,6 +140,7 @@ class Run:
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
         self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
+        self._stage = {}                             # host staging buffers for --state-device cpu (Run.rows, put)
         self.parallel = cfg.client_parallel
         if self.parallel == "auto":                  # vmap, except: BatchNorm statistics, or convolutions on a CPU
             conv = any(isinstance(mod, torch.nn.modules.conv._ConvNd) for mod in self.model.modules())
@@ -143,8 +152,10 @@ class Run:
             raise UserError("--compile: compiles the vmapped step of all active clients; it needs --client-parallel "
                             f"vmap (this run resolved to {self.parallel})")
         self._vfns = {}                              # the vmapped gradient per batch kind, built once (_vgrad)
+        self.n_compiles, self._warned = 0, False     # --compile: graphs compiled so far (_counted)
+        self._n_pad = (None, 0)                      # --compile: (rounds, largest active set) (n_pad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
-        keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it
+        keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it; hooks: keep_last_local
         if cfg.precision == "tf32" and self.device.type != "cuda":
             raise UserError("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
         if cfg.precision == "tf32":                   # process-wide switch, set only when asked for
@@ -195,22 +206,71 @@ class Run:
         if self.bspace.P:
             self.buf = self.bspace.flatten(sd).to(**dev).detach().clone()
 
+    def keep_last_local(self, who: str) -> None:
+        """From now on keep every client's last local model (``who`` reads it): w^0 for all before round 1; a run
+        already past round 0 that did not keep them cannot recover them, which is said in one line."""
+        if self.last_local is not None:
+            return
+        if self.t == 0:
+            self.last_local = self.table().copy_(self.w)
+        else:
+            print(f"warning: {who} reads every client's last local model, which this run did not keep before round "
+                  f"{self.t}; what needs them is left out (train with --keep-clients true from round 0)",
+                  file=sys.stderr)
+
     def zeros(self, *lead) -> torch.Tensor:
         return torch.zeros(*lead, self.space.P, dtype=self.dtype, device=self.device)
 
     def table(self) -> torch.Tensor:
         """A per-client state table [m, P] (SCAFFOLD c_i, FedDyn h_i, ...) on --state-device: the run's device, or
         host memory (pinned when the run is on CUDA) with the active rows moved per round."""
-        pin = self.state_device.type == "cpu" and self.device.type == "cuda"
-        return torch.zeros(self.m, self.space.P, dtype=self.dtype, device=self.state_device, pin_memory=pin)
+        return torch.zeros(self.m, self.space.P, dtype=self.dtype, device=self.state_device)   # staged: Run.rows
 
     def rows(self, table: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-        """The rows S of a state table, on the run's device (a new tensor)."""
-        return table[S.to(table.device)].to(self.device, non_blocking=True)
+        """The rows S of a state table, on the run's device (a new tensor). A host table (--state-device cpu) is
+        gathered with ``index_select`` into a staging buffer reused across rounds (pinned where the run is on CUDA)
+        and copied without waiting."""
+        if table.device.type == self.device.type:    # (a table on 'cuda:0' is on the run's 'cuda')
+            return torch.index_select(table, 0, S if S.device == table.device else self.dev(S))
+        buf = self._staging("get", table, len(S))
+        torch.index_select(table, 0, S.cpu(), out=buf)
+        out = buf.to(self.device, non_blocking=True)
+        self._staged(buf)
+        return out
 
     def put(self, table: torch.Tensor, S: torch.Tensor, v: torch.Tensor) -> None:
-        """table[S] = v, across devices."""
-        table[S.to(table.device)] = v.to(table.device)
+        """table[S] = v, across devices (a host table: through a reused staging buffer, then ``index_copy_``)."""
+        if table.device == v.device:
+            table[S if S.device == table.device else self.dev(S)] = v
+            return
+        buf = self._staging("put", table, len(S))
+        buf.copy_(v, non_blocking=True)
+        if v.device.type == "cuda":                  # the host reads buf next: wait for this copy (once per round)
+            torch.cuda.current_stream(v.device).synchronize()
+        table.index_copy_(0, S.cpu(), buf)
+
+    def _staging(self, kind: str, table: torch.Tensor, n: int) -> torch.Tensor:
+        """A host buffer [n, P] for ``table``'s rows, kept across rounds (grown when a round has more clients);
+        pinned when the run is on CUDA; a copy still reading it from an earlier round is waited for first."""
+        key = (kind, table.data_ptr())
+        buf, event = self._stage.get(key, (None, None))
+        if event is not None:
+            event.synchronize()
+        if buf is None or len(buf) < n:
+            buf = torch.empty(max(n, 1), *table.shape[1:], dtype=table.dtype,
+                              pin_memory=self.device.type == "cuda")
+        self._stage[key] = (buf, None)
+        return buf[:n]
+
+    def _staged(self, view: torch.Tensor) -> None:
+        """Mark the staging buffer under ``view`` as read by an asynchronous copy (CUDA): waited for at reuse."""
+        if self.device.type != "cuda":
+            return
+        for key, (buf, _) in self._stage.items():
+            if buf.data_ptr() == view.data_ptr():
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(self.device))
+                self._stage[key] = (buf, event)
 
     def lr_at(self, t: int) -> float:
         return self.cfg.lr * self.cfg.lr_decay ** t
@@ -236,19 +296,20 @@ class Run:
         return max(1, round(cfg.local_epochs * math.ceil(int(self.n_i[i]) / cfg.batch_size)))
 
     def batches(self, t: int, i: int, K: int) -> list[torch.Tensor]:
-        """K minibatches of client i in round t: reshuffle every epoch; epochs keep the last partial batch
+        """K minibatches of client i in round t (host index tensors, drawn on the CPU generator whatever the run's
+        device, so every device sees the same batches): reshuffle every epoch; epochs keep the last partial batch
         (a DataLoader with shuffle=True), --local-steps draws full batches from consecutive permutations."""
         g, ix, B = generator(self.cfg.seed, t, i, "batch"), self.idx[i], self.cfg.batch_size
         n = len(ix)
         out = []
         if self.cfg.local_steps is None:
             while len(out) < K:
-                perm = ix[torch.randperm(n, generator=g).to(ix.device)]
+                perm = ix[torch.randperm(n, generator=g)]
                 out.extend(perm.split(B))
             return out[:K]
         need = K * min(B, n)
         reps = -(-need // n)
-        perm = torch.cat([ix[torch.randperm(n, generator=g).to(ix.device)] for _ in range(reps)])
+        perm = torch.cat([ix[torch.randperm(n, generator=g)] for _ in range(reps)])
         return list(perm[:need].split(min(B, n)))
 
     def round_ctx(self, t: int) -> RoundCtx:
@@ -256,24 +317,36 @@ class Run:
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
         ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
-        ctx.K_dev, ctx.Kmin = K.to(self.device), int(K.min())
+        ctx.K_dev, ctx.Kmin = self.dev(K), int(K.min())          # K lives on the host: no read-back per step
+        ctx.S_dev = self.dev(S)
+        act = torch.arange(int(K.max()))[:, None] < K[None, :]
+        ctx.act = self.dev(act)
+        masked = [act[k].nonzero().flatten() for k in range(ctx.Kmin, act.shape[0])]
+        if masked:                                   # the rows of every masked step, moved in one copy
+            dev = self.dev(torch.cat(masked)).split([len(r) for r in masked])
+            ctx.row_at = {ctx.Kmin + q: (dev[q], masked[q].tolist()) for q in range(len(masked))}
         self._pad(ctx)
         if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
-            ctx.aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long, device=self.device)
+            aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
             for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
-                g = generator(self.cfg.seed, t, i, "augment", self.device)
+                g = generator(self.cfg.seed, t, i, "augment")      # the CPU generator on every device
                 for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
-                    ctx.aug[j, k, :, :a.shape[1]] = a
+                    aug[j, k, :, :a.shape[1]] = a
+            ctx.aug = self.dev(aug)
         return ctx
+
+    def dev(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the run's device, copied without waiting (no host sync on CUDA)."""
+        return t.to(self.device, non_blocking=True)
 
     def _pad(self, ctx: RoundCtx) -> None:
         """The round's minibatch indices as one padded table I [n, max K_i, max B] (row j, step k: client
         S[j]'s batch, padded with its first index) and, where batches are unequal, mean-loss weights W
         (1/|b| on real samples, 0 on padding) so a padded batch has the same mean loss as the real one."""
         n, Kmax = ctx.n, int(ctx.K.max())
-        sizes = [[len(b) for b in bs] for bs in ctx.batches]
+        ctx.sizes = sizes = [[len(b) for b in bs] for bs in ctx.batches]
         B = max(max(s) for s in sizes)
-        I = torch.empty(n, Kmax, B, dtype=torch.long, device=self.device)
+        I = torch.empty(n, Kmax, B, dtype=torch.long)
         full = all(len(s) == Kmax and min(s) == B for s in sizes)
         for j, bs in enumerate(ctx.batches):
             if len(bs) == Kmax and min(sizes[j]) == B:
@@ -282,20 +355,21 @@ class Run:
             I[j] = bs[0][0]
             for k, b in enumerate(bs):
                 I[j, k, :len(b)] = b
-        ctx.I, ctx.W, ctx.padded = I, None, []
+        ctx.I, ctx.W, ctx.padded = self.dev(I), None, []
         if not full:
             nb = torch.zeros(n, Kmax, dtype=self.dtype)
             for j, s in enumerate(sizes):
                 nb[j, :len(s)] = torch.tensor(s, dtype=self.dtype)
             valid = torch.arange(B, dtype=self.dtype) < nb[..., None]
-            ctx.W = (valid / nb.clamp(min=1)[..., None]).to(self.device)
+            ctx.W = self.dev(valid / nb.clamp(min=1)[..., None])
             ctx.padded = [any(len(s) > k and s[k] < B for s in sizes) for k in range(Kmax)]
 
     def set_step(self, ctx: RoundCtx, k: int) -> None:
         """Step k's active clients: every one while k < min K_i (no masks), else those with K_i > k."""
         ctx.k, ctx.all_on = k, k < ctx.Kmin
-        ctx.active = ctx.K_dev > k
-        ctx.rows = None if ctx.all_on else ctx.active.nonzero().flatten()
+        self._flip = 0                               # a step's first gradient in buffer 1, SAM's second in 0
+        ctx.active = ctx.act[k]
+        ctx.rows, ctx.rows_host = ctx.row_at.get(k, (None, None))
 
     # ---- the model as a function --------------------------------------------------------------------
     def forward(self, theta: torch.Tensor, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
@@ -308,7 +382,7 @@ class Run:
 
     def batch(self, ctx: RoundCtx, j: int, k: int):
         """Client S[j]'s minibatch at step k (its real samples, augmented with the round's draws)."""
-        ix = ctx.batches[j][k]
+        ix = ctx.I[j, k, :ctx.sizes[j][k]]           # the device copy of ctx.batches[j][k]
         xb = self.X[ix]
         if ctx.aug is not None:
             xb = aug_apply(xb, ctx.aug[j, k, :, :len(ix)])
@@ -317,18 +391,40 @@ class Run:
     def step_data(self, ctx: RoundCtx, k: int):
         """Step k's minibatches of the active clients, once (SAM's two passes share them): a list of (x, y) per
         active client (loop), or stacked [n_act, B, ...] tensors with mean-loss weights or None (vmap)."""
-        rows = range(ctx.n) if ctx.all_on else ctx.rows.tolist()
         if self.parallel == "loop":
-            return [self.batch(ctx, j, k) for j in rows]
-        I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
+            return [self.batch(ctx, j, k) for j in (range(ctx.n) if ctx.all_on else ctx.rows_host)]
+        if self.cfg.compile:                         # one fixed shape: every row, padded to the run's largest set
+            fixed = self._fixed(ctx)
+            I, A, W = fixed["I"][:, k], None if ctx.aug is None else fixed["aug"][:, k], fixed["W"][:, k]
+        else:
+            I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
+            A = None if ctx.aug is None else ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]   # [n_act, 3, B]
+            W = None
+            if ctx.W is not None and ctx.padded[k]:
+                W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
         xb = self.X[I]
-        if ctx.aug is not None:
-            A = ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]                  # [n_act, 3, B]
+        if A is not None:
             xb = aug_apply(xb.flatten(0, 1), A.transpose(0, 1).flatten(1)).view(xb.shape)
-        W = None
-        if ctx.W is not None and ctx.padded[k]:
-            W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
         return xb, self.Y[I], W
+
+    def n_pad(self) -> int:
+        """--compile's row count: the largest active set of the run's rounds (the seeded sampling is known in
+        advance), so the compiled step sees one shape in every round."""
+        if self._n_pad[0] != self.cfg.rounds:
+            self._n_pad = (self.cfg.rounds, max(len(self.sample_clients(t)) for t in range(max(self.cfg.rounds, 1))))
+        return self._n_pad[1]
+
+    def _fixed(self, ctx: RoundCtx) -> dict:
+        """The round's batch tables padded to ``n_pad`` rows, with mean-loss weights everywhere (zero on padding
+        and past each K_i): one kind of batch, one shape, one compile."""
+        if "fixed" not in ctx.extra:
+            n, N = ctx.n, max(self.n_pad(), ctx.n)
+            pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
+            W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
+                                                           device=self.device)
+            ctx.extra["fixed"] = {"I": pad(ctx.I), "W": torch.cat([W, W.new_zeros(N - n, *W.shape[1:])]),
+                                  "aug": None if ctx.aug is None else pad(ctx.aug)}
+        return ctx.extra["fixed"]
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
         """Minibatch loss gradients of the active clients at their points x [n, P] (rows of inactive clients
@@ -339,22 +435,33 @@ class Run:
         with self.autocast:
             return self._grads(ctx, x, data)
 
-    def scratch(self, name: str, like: torch.Tensor) -> torch.Tensor:
+    def scratch(self, name: str, like: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """A persistent work buffer shaped like ``like`` (fresh [n, P] tensors cost page faults on every step).
         The gradient buffers alternate (``grads`` returns buffer 0, 1, 0, ...), so a gradient stays valid through
         the next call in the same step (SAM's two passes), not across steps: a part that keeps one copies it."""
         b = self._scratch.get(name)
-        if b is None or b.shape != like.shape or b.dtype != like.dtype or b.device != like.device:
-            b = self._scratch[name] = torch.empty_like(like)
+        shape = like.shape if rows is None else (rows, *like.shape[1:])
+        if b is None or b.shape != shape or b.dtype != like.dtype or b.device != like.device:
+            b = self._scratch[name] = like.new_empty(shape)
         return b
 
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
         self._flip ^= 1
         out = self.scratch(f"grad{self._flip}", x)
-        if not ctx.all_on:
+        fixed = self.parallel == "vmap" and self.cfg.compile       # all rows: those past K_i get zero weights
+        if not (ctx.all_on or fixed):
             out.zero_()
-        rows = None if ctx.all_on else ctx.rows
+        rows = None if ctx.all_on or fixed else ctx.rows
         xa = x.detach() if rows is None else x.detach()[rows]
+        if fixed:                                    # rows beyond n: copies of row 0, weights 0, results dropped
+            N = len(data[2])
+            xp = self.scratch("x_pad", x, rows=N)
+            xp[:len(x)] = xa
+            xp[len(x):] = xa[:1]
+            g = self._vgrad(self.space.unflatten(xp), *data)
+            torch.cat([v[:len(x)].flatten(1) for v in g.values()], 1, out=out)
+            self.n_grads += len(x)
+            return out
         if self.parallel == "vmap":
             g = self._vgrad(self.space.unflatten(xa), *data)
             if rows is None:
@@ -364,7 +471,7 @@ class Run:
             self.n_grads += len(xa)
             return out
         for r, (xb, yb) in enumerate(data):
-            j = r if rows is None else int(rows[r])
+            j = r if rows is None else ctx.rows_host[r]
             leaves = {n: v.requires_grad_() for n, v in self.space.unflatten(xa[r]).items()}
             buf = ctx.extra["buf"][j] if self.bspace.P else None
             loss = self.loss(self._call(leaves, xb, buf), yb)
@@ -383,8 +490,19 @@ class Run:
             else:
                 f = lambda p, xb, yb, w: (self.loss(self._call(p, xb), yb, reduction="none") * w).sum()  # noqa: E731
             fn = torch.func.vmap(torch.func.grad(f))
-            fn = self._vfns[key] = torch.compile(fn) if self.cfg.compile else fn
+            fn = self._vfns[key] = torch.compile(fn, backend=self._counted) if self.cfg.compile else fn
         return fn(params, xb, yb) if key else fn(params, xb, yb, W)
+
+    def _counted(self, gm, example_inputs):
+        """torch.compile's inductor backend, counting compiles (``n_compiles``); warns once where torch._dynamo's
+        recompile limit is reached, after which it would run the step eagerly without a word."""
+        self.n_compiles += 1
+        limit = getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
+        if self.n_compiles >= limit and not self._warned:
+            self._warned = True
+            print(f"warning: --compile: the step was compiled {self.n_compiles} times (torch._dynamo's recompile "
+                  f"limit {limit}); shapes beyond it run eagerly", file=sys.stderr)
+        return torch._dynamo.lookup_backend("inductor")(gm, example_inputs)
 
     def step(self, ctx: RoundCtx, x: torch.Tensor, d: torch.Tensor, decay: float) -> None:
         """x <- x (1 - eta c) - eta clip(d) in place (two passes over the active rows); clients past their own
@@ -404,11 +522,14 @@ class Run:
     # ---- one round --------------------------------------------------------------------------------
     def round(self) -> RoundCtx:
         algo = self.algo
+        for cb in self.callbacks:                    # a hook that reads the clients' last local models asks for them
+            if self.last_local is None and getattr(cb, "needs_last_local", False):
+                self.keep_last_local(f"the {getattr(cb, 'name', 'probe')} hook")
         ctx = self.round_ctx(self.t)
         if self.bspace.P:
             ctx.extra["buf"] = self.buf.expand(ctx.n, -1).clone()
         x = algo.start(self, ctx)
-        ctx.x0 = x.clone()
+        ctx.x0 = x.clone() if algo.needs_x0 or self.callbacks else None    # [n, P]: only where something reads it
         algo.round_start(self, ctx)
         for k in range(int(ctx.K.max())):
             self.set_step(ctx, k)
@@ -426,7 +547,7 @@ class Run:
             self.buf = ctx.extra["buf"].mean(0)
         if self.last_local is not None:
             self.put(self.last_local, ctx.S, x)
-        self.last_round[ctx.S] = self.t
+        self.last_round.index_fill_(0, ctx.S_dev, self.t)
         self.t += 1
         for cb in self.callbacks:
             cb("round", self, ctx, x)

@@ -16,18 +16,29 @@ from ..errors import CheckpointError, Diverged, UserError
 from .engine import Run, with_dataset
 
 
-def to_checkpoint(run: Run, row: dict | None) -> dict:
+def tables(run: Run) -> set:
+    """The names of the run's per-client [m, P] state tables (the algorithm's declaration)."""
+    return set(run.algo.tables)
+
+
+def to_checkpoint(run: Run, row: dict | None, lean: bool = False) -> dict:
+    """The run's state as a checkpoint dict. Model-sized tensors are copied (own storage: plain data); the [m, P]
+    tables are written as they are, without a copy (a clone would double their memory at every save). ``lean``:
+    what a model checkpoint needs (ckpt/round_XXXX.pt with --ckpt-keep all): no per-client tables, and the
+    clients' last local models only where --keep-clients asked to store them."""
     cfg = run.cfg
-    c = lambda t: t.detach().cpu().clone()          # noqa: E731  (own storage per tensor: plain data)
+    c = lambda t: t.detach().cpu().clone()          # noqa: E731
+    as_is = lambda t: t.detach().cpu()              # noqa: E731  (no copy on the CPU)
     clients = None
-    if run.last_local is not None:
-        clients = {"ids": list(range(run.m)), "models": c(run.last_local), "rounds": c(run.last_round)}
+    if run.last_local is not None and (cfg.keep_clients or not lean):
+        clients = {"ids": list(range(run.m)), "models": as_is(run.last_local), "rounds": c(run.last_round)}
+    big = tables(run)
     return {
         "config": cfg.to_dict(), "round": run.t, "model": run.spec(),
         "global": {k: c(v) for k, v in run.space.unflatten(run.w).items()},
         "buffers": {k: c(v) for k, v in run.bspace.unflatten(run.buf).items()} if run.bspace.P else {},
         "layers": run.space.table(),
-        "algo_state": {k: c(v) for k, v in run.state.items()},
+        "algo_state": {k: as_is(v) if k in big else c(v) for k, v in run.state.items() if not (lean and k in big)},
         "clients": clients,
         "partition": {"indices": [torch.as_tensor(ix) for ix in run.part.indices],
                       "counts": torch.as_tensor(run.part.counts)},
@@ -61,7 +72,7 @@ def restore(run: Run, ck: dict) -> None:
     run.t = int(ck["round"])
 
 
-_RESUME_FREE = {"rounds", "ckpt_every", "eval_every", "eval_samples", "on_divergence", *EXECUTION}
+_RESUME_FREE = {"rounds", "ckpt_every", "ckpt_keep", "eval_every", "eval_samples", "on_divergence", *EXECUTION}
 
 
 def _diverged(run: Run, row: dict | None) -> str | None:
@@ -195,8 +206,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
                   file=sys.stderr)
         saved = None                                 # last.pt follows every checkpoint, so --resume works
         if out is not None and cfg.ckpt_every and run.t % cfg.ckpt_every == 0:   # after an interruption too
-            saved = checkpoint.save(to_checkpoint(run, row), out / "ckpt" / f"round_{run.t:04d}.pt")
-            checkpoint.alias(saved, out / "ckpt" / "last.pt")
+            saved = _save(run, row, out / "ckpt")
         bar.update(1)
     bar.close()
     if tb is not None:
@@ -205,6 +215,19 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
         checkpoint.save(to_checkpoint(run, row), out / "ckpt" / "last.pt")
     run.last_row = row
     return run
+
+
+def _save(run: Run, row: dict | None, ckpt: Path) -> Path:
+    """--ckpt-every's save: last.pt with all a resume needs; with --ckpt-keep all also round_XXXX.pt, the model
+    checkpoint (the same file, hard-linked, where nothing per-client is left out)."""
+    last = ckpt / "last.pt"
+    if run.cfg.ckpt_keep == "last":
+        return checkpoint.save(to_checkpoint(run, row), last)
+    name = ckpt / f"round_{run.t:04d}.pt"
+    if not tables(run) and (run.last_local is None or run.cfg.keep_clients):
+        return checkpoint.alias(checkpoint.save(to_checkpoint(run, row), name), last)
+    checkpoint.save(to_checkpoint(run, row, lean=True), name)
+    return checkpoint.save(to_checkpoint(run, row), last)
 
 
 def saved_round(out: Path) -> str:

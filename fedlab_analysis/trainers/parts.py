@@ -24,8 +24,16 @@ class Part:
     """No-op hooks; a part overrides the ones it needs."""
     comm = (0, 0, 0)          # extra (down, up, stored-per-client) model-sized vectors
     needs_last_local = False  # reads run.last_local, each client's last local model (the engine keeps it)
+    tables: tuple = ()        # the per-client [m, P] tables it reads, in run.state (declared: plan.py reads them)
+    vectors: tuple = ()       # the [P] state vectors it keeps, in run.state
 
-    def init(self, run): ...
+    def init(self, run):
+        """Allocate the declared state: zero tables on --state-device, zero vectors on the run's device."""
+        for k in self.tables:
+            run.state[k] = run.table()
+        for k in self.vectors:
+            run.state[k] = run.zeros()
+
     def start(self, run, ctx, x): return x
     def round_start(self, run, ctx): ...
     def direction(self, run, ctx, x, d, decay): return d, decay   # see Algorithm.direction
@@ -41,7 +49,7 @@ def K_divisor(run, ctx) -> torch.Tensor:
     if run.cfg.k_rule == "client0" and run.cfg.local_steps is None:
         return torch.full((ctx.n,), run.cfg.local_epochs * float(run.n_i[0]) / run.cfg.batch_size,
                           dtype=run.dtype, device=run.device)
-    return ctx.K.to(run.dtype).to(run.device)
+    return ctx.K_dev.to(run.dtype)
 
 
 def anchor(run, ctx) -> torch.Tensor:
@@ -79,10 +87,7 @@ class SMOO(SAM):
     s_hat = r a/||a||, mu_i <- mu_i + s_hat - s; server s = r normalize(mean_S (mu_i - s_hat_i)) (paper, line 13)
     or r normalize(mean_S mu_i) (the code, --smoo-server code)."""
     comm = (1, 1, 1)
-
-    def init(self, run):
-        run.state["mu"] = run.table()
-        run.state["s"] = run.zeros()
+    tables, vectors = ("mu",), ("s",)
 
     def round_start(self, run, ctx):
         ctx.extra["mu"] = run.rows(run.state["mu"], ctx.S)     # gathered once per round; written back at client_end
@@ -116,11 +121,13 @@ class LESAM(Plain):
     def __init__(self, rho, source, first):
         self.rho, self.source, self.first = rho, source, first
         self.comm = (0, 0, 1) if source == "client_old" else (1, 0, 0)
+        self.tables = ("w_old",) if source == "client_old" else ()    # w_i^old: read only by the paper's rule
+
+    vectors = ("last_update",)                          # w^t - w^{t-1}; zero before the first round
 
     def init(self, run):
-        run.state["w_old"] = run.table()
+        super().init(run)
         run.state["seen"] = torch.zeros(run.m, dtype=torch.bool, device=run.device)
-        run.state["last_update"] = run.zeros()        # w^t - w^{t-1}; zero before the first round
 
     def round_start(self, run, ctx):
         w, back = ctx.w, -run.state["last_update"]    # back = w^{t-1} - w^t
@@ -131,7 +138,7 @@ class LESAM(Plain):
         if self.source == "last_global_update":
             u = back.expand(ctx.n, -1)
         else:
-            seen = run.state["seen"][ctx.S][:, None]
+            seen = run.state["seen"][ctx.S_dev][:, None]
             first = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[self.first]
             u = torch.where(seen, run.rows(run.state["w_old"], ctx.S) - w, first.expand(ctx.n, -1))
         ctx.extra["delta"] = self.rho * _normalize(u)
@@ -140,8 +147,9 @@ class LESAM(Plain):
         return run.grads(ctx, torch.add(x, ctx.extra["delta"], out=run.scratch("x_pert", x)), k)
 
     def client_end(self, run, ctx, x):
-        run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
-        run.state["seen"][ctx.S] = True
+        if self.tables:
+            run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
+        run.state["seen"].index_fill_(0, ctx.S_dev, True)
 
     def server_end(self, run, ctx, x, w_new):
         run.state["last_update"] = w_new - ctx.w
@@ -178,13 +186,10 @@ class Scaffold(Part):
     c_i+ = c_i - c + (w - x_i)/(K_i eta); c <- c + (1/m) sum_S (c_i+ - c_i). scale is 1 except for the released
     FedLESAM-S (lamb)."""
     comm = (1, 1, 1)
+    tables, vectors = ("c_i",), ("c",)
 
     def __init__(self, scale: float = 1.0):
         self.scale = scale
-
-    def init(self, run):
-        run.state["c"] = run.zeros()
-        run.state["c_i"] = run.table()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
         ctx.extra["c_i"] = run.rows(run.state["c_i"], ctx.S)
@@ -209,13 +214,10 @@ class Dyn(Part):
     (so H = mean over ALL clients of h_i); w = mean_S x_i + H. The lamb x term is added after clipping, as the
     simulator's SGD weight decay does. w in lamb (x - w) is ``anchor`` (the relaxed start with --ri-anchor start)."""
     comm = (0, 0, 1)
+    tables, vectors = ("h",), ("H",)
 
     def __init__(self, lamb):
         self.lamb = lamb
-
-    def init(self, run):
-        run.state["h"] = run.table()
-        run.state["H"] = run.zeros()
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
         ctx.extra["h"] = run.rows(run.state["h"], ctx.S)
@@ -237,12 +239,10 @@ class Momentum(Part):
     Delta_{t+1} = -(1/|S|) sum_S Delta_i / (K_i eta) (line 13, per-client K_i keeps Lemma 4.1 exact).
     --fedcm-wd inside: g includes wd x (Lemma 4.1 holds); outside: wd x added after mixing (the code)."""
     comm = (1, 0, 0)
+    vectors = ("D",)
 
     def __init__(self, alpha, wd_inside):
         self.alpha, self.wd_inside = alpha, wd_inside
-
-    def init(self, run):
-        run.state["D"] = run.zeros()
 
     def round_start(self, run, ctx):
         ctx.extra["cm_D"] = (1 - self.alpha) * run.state["D"]       # constant within the round
@@ -275,11 +275,10 @@ class RelaxedInit(Part):
 # ---- server rules ----------------------------------------------------------------------------------
 class ServerMomentum(Part):
     """FedAvgM (Hsu et al. 2019): m <- beta m + mean Delta; w <- w + eta_g m."""
+    vectors = ("m",)
+
     def __init__(self, momentum):
         self.momentum = momentum
-
-    def init(self, run):
-        run.state["m"] = run.zeros()
 
     def aggregate(self, run, ctx, x):
         run.state["m"] = self.momentum * run.state["m"] + ctx.delta.mean(0)
@@ -289,8 +288,7 @@ class ServerMomentum(Part):
 class ServerAdam(Part):
     """FedAdam (Reddi et al. 2021) as the simulator: m, v EMAs of mean Delta, no bias correction,
     w <- w + eta_g m / (sqrt(v) + eps)."""
-    def init(self, run):
-        run.state["m"], run.state["v"] = run.zeros(), run.zeros()
+    vectors = ("m", "v")
 
     def aggregate(self, run, ctx, x):
         c, d = run.cfg, ctx.delta.mean(0)
