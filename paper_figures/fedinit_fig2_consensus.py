@@ -70,10 +70,10 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
                                       tag=common.main_tag(tier, "consensus-rounds"))
             cur[agg, b] = [curves(r) for r in runs]
     R = len(cur[agg, 0.0][0]["test_acc"])
-    late = {k: {agg: {b: [float(np.mean(c[p][R // 2:])) for c in cur[agg, b]] for b in BETAS} for agg in AGGS}
+    late = {k: {agg: {b: [float(np.mean(c[p][R // 2:])) for c in cur[agg, b]] for b in BETAS} for agg in AGGS_}
             for k, p in [("test_acc", "test_acc"), ("divergence", "divergence"), ("delta", "fedinit_delta")]}
     claims = {}
-    for agg in AGGS:
+    for agg in AGGS_:
         acc, div = late["test_acc"][agg], late["divergence"][agg]
         lower = common.mean_std(np.subtract(div[0.0], div[0.1]))             # > 0: beta = 0.1 lowers it
         gain = common.mean_std(np.subtract(acc[0.1], acc[0.0]))              # the paper: at least +0.02
@@ -85,16 +85,21 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
                        "beta>0 gains >= 2 points": {"effect": gain, "verdict": at_least_2},
                        "beta<0 raises divergence": {"effect": raise_, "verdict": common.verdict(*raise_)}}
     mean_curves = {f"{agg}/beta={b}": {p: np.mean([c[p] for c in cur[agg, b]], 0).round(6).tolist() for p in PANELS}
-                   for agg in AGGS for b in BETAS}
+                   for agg in AGGS_ for b in BETAS}
     return {"config": common.config(base, 0, tier).to_dict(), "seeds": seeds, "betas": list(BETAS),
             "late": {k: {a: {str(b): v for b, v in d.items()} for a, d in x.items()} for k, x in late.items()},
             "curves": mean_curves, "claims": claims,
             "verdict": claims["final_avg"]["beta>0 lowers divergence"]["verdict"]}
 
 
+def _aggs(res: dict) -> list:
+    """The aggregations this result holds (both in QUICK, Algorithm 1's alone in the mnist tier)."""
+    return [a for a in AGGS if f"{a}/beta={res['betas'][0]}" in res["curves"]]
+
+
 def plot(res: dict):
-    fig, ax = figure(ncols=3, nrows=2, w=4.0, h=2.9)
-    for i, agg in enumerate(AGGS):
+    fig, ax = figure(ncols=3, nrows=len(_aggs(res)), w=4.0, h=2.9)
+    for i, agg in enumerate(_aggs(res)):
         for j, (p, title) in enumerate(PANELS.items()):
             for b in res["betas"]:
                 y = res["curves"][f"{agg}/beta={b}"][p]
@@ -112,7 +117,7 @@ def plot(res: dict):
                  f"acc {acc0:.3f}", fontsize=9.5)
     fig.tight_layout()
     parts = []
-    for agg in AGGS:
+    for agg in _aggs(res):
         cl = res["claims"][agg]
         parts.append(f"{agg}: " + "; ".join(f"{k}: {v['verdict']} ({v['effect'][0]:+.3g} ± {v['effect'][1]:.1g})"
                                             for k, v in cl.items()))

@@ -51,7 +51,7 @@ def algos(tier) -> dict:
 def run_list(tier, seeds) -> list:
     return [(hp(a, tier), s, C.main_tag(tier, "drift,sharpness-ascent5")) for a in algos(tier)
             for s in C.seed_list(seeds)]
-COLOURS = ("0.45", "C0", "C2", "C4", "C1", "k")        # FedLESAM in black, FedAvg in grey
+COLOURS = dict(zip(ALGOS, ("0.45", "C0", "C2", "C4", "C1", "k")))        # FedLESAM in black, FedAvg in grey
 
 
 def hooks(seed):
@@ -115,8 +115,8 @@ def compute(seeds=3, tier="quick"):
             n = min(len(v) for _, v in curves)
             Y = np.array([v[:n] for _, v in curves])
             x = curves[0][0][:n]
-            ax[0, j].plot(x, Y.mean(0), color=COLOURS[i], label=f"{ALGOS[a]} (test acc {acc:.2f})" if j else None)
-            ax[0, j].fill_between(x, Y.min(0), Y.max(0), color=COLOURS[i], alpha=0.15, lw=0)
+            ax[0, j].plot(x, Y.mean(0), color=COLOURS[a], label=f"{ALGOS[a]} (test acc {acc:.2f})" if j else None)
+            ax[0, j].fill_between(x, Y.min(0), Y.max(0), color=COLOURS[a], alpha=0.15, lw=0)
     ax[0, 0].set(xlabel="round", ylabel="perturbation drift PD (unit directions)", ylim=(0, 1),
                  title="perturbation drift")
     ax[0, 1].set(xlabel="round", ylabel=f"global sharpness (rho={HP['rho']})", yscale="log",

@@ -29,7 +29,7 @@ def _mtimes(root: Path) -> dict:
 
 
 def test_pool_trains_and_a_second_call_touches_nothing(tmp_path):
-    tasks = R.tasks([(TINY, 0, ""), (TINY, 1, ""), (TINY, 0, "")], "quick")
+    tasks = R.tasks([(TINY, 0, ""), (TINY, 1, ""), (TINY, 0, "")], "quick")    # 2 spawned workers: ~20 s idle
     assert len(tasks) == 2                                       # the same run asked twice is one run
     recs = R.train_pool(tasks, workers=2, quiet=True)
     assert sorted(r["status"] for r in recs) == ["done", "done"]
@@ -157,6 +157,8 @@ def test_every_script_run_list_resolves_in_every_tier():
         for task in tasks:
             assert task["config"]["seed"] in (0, 1) and task["est"] > 0
             assert not task["tag"] or task["tag"] in R.HOOKS
+    for tag in R.HOOKS:                                            # every registered tag builds its hooks
+        assert all(callable(h) for h in R.hooks_for(tag, 0)) and R.hooks_for(tag, 0)
     mn, _ = tier.collect("mnist", 1)
     assert all(t["config"]["dataset"] == "mnist" for t in mn)
     main = [t for t in mn if t["config"]["clients"] == 100]
