@@ -56,7 +56,8 @@ def curves(run: dict) -> dict:
     """Per-round test accuracy and both divergences from a run's metrics rows (the consensus hook's round rows)."""
     rows = [r for r in run["rows"] if any(p["probe"] == "consensus" for p in r.get("probes", []))]   # probed rounds
     rnd = [next(p for p in r["probes"] if p["event"] == "round" and p["probe"] == "consensus") for r in rows]
-    return {"test_acc": [r["test_acc"] for r in rows], "divergence": [p["divergence"] for p in rnd],
+    return {"round": [r["round"] for r in rows], "test_acc": [r["test_acc"] for r in rows],
+            "divergence": [p["divergence"] for p in rnd],
             "fedinit_delta": [p["fedinit_delta"] for p in rnd]}
 
 
@@ -85,6 +86,7 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
                        "beta>0 gains >= 2 points": {"effect": gain, "verdict": at_least_2},
                        "beta<0 raises divergence": {"effect": raise_, "verdict": common.verdict(*raise_)}}
     mean_curves = {f"{agg}/beta={b}": {p: np.mean([c[p] for c in cur[agg, b]], 0).round(6).tolist() for p in PANELS}
+                   | {"round": cur[agg, b][0]["round"]}
                    for agg in AGGS_ for b in BETAS}
     return {"config": common.config(base, 0, tier).to_dict(), "seeds": seeds, "betas": list(BETAS),
             "late": {k: {a: {str(b): v for b, v in d.items()} for a, d in x.items()} for k, x in late.items()},
@@ -103,8 +105,10 @@ def plot(res: dict):
         for j, (p, title) in enumerate(PANELS.items()):
             for b in res["betas"]:
                 y = res["curves"][f"{agg}/beta={b}"][p]
-                ax[i, j].plot(np.arange(1, len(y) + 1), y, lw=1.1, label=f"beta={b:+.1f}")
-            ax[i, j].set(xlabel="round" if i else None, yscale="log" if p != "test_acc" else "linear",
+                x = res["curves"][f"{agg}/beta={b}"].get("round", np.arange(1, len(y) + 1))   # probed rounds
+                ax[i, j].plot(x, y, lw=1.1, label=f"beta={b:+.1f}")
+            ax[i, j].set(xlabel="round" if i == len(_aggs(res)) - 1 else None,
+                         yscale="log" if p != "test_acc" else "linear",
                          title=title if i == 0 else None)
             if p == "test_acc":
                 ax[i, j].set_ylim(0.5, 1.0)
@@ -112,8 +116,9 @@ def plot(res: dict):
     ax[0, 2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=f"mean of {res['seeds']} seeds")
     c = res["config"]
     acc0 = np.mean(res["late"]["test_acc"]["final_avg"]["0.0"])
+    k_label = c["local_steps"] or f"{c['local_epochs']} epochs"
     fig.suptitle(f"FedInit Fig. 2 — FedAvg+RI on {c['dataset']} ({c['model']}), {c['clients']} clients at "
-                 f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, K={c['local_steps']}; FedAvg (beta=0) late test "
+                 f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, K={k_label}; FedAvg (beta=0) late test "
                  f"acc {acc0:.3f}", fontsize=9.5)
     fig.tight_layout()
     parts = []
