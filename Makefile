@@ -59,10 +59,16 @@ test-all: $(VENV)/.installed-dev
 test-notebooks: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/test_notebooks.py
 
-# every QUICK figure and its numbers: paper_figures/out/<name>/{fig.png,data.json}; runs are cached under runs/
-FIGURES := $(sort $(filter-out common __init__,$(basename $(notdir $(wildcard paper_figures/*.py)))))
+# every figure and its numbers: paper_figures/out/<name>/{fig.png,data.json}; runs are cached under out/runs/<tier>/
+FIGURES := $(sort $(filter-out common __init__ runs tier,$(basename $(notdir $(wildcard paper_figures/*.py)))))
+# TIER=quick (default: digits, minutes) | mnist (the real-data tier: `make data` first; trains every run of the tier
+# once, resumably, 2 at a time, in priority order, then draws each figure from the cache; see paper_figures/README_TIER.md)
+TIER ?= quick
+WORKERS ?= 2
 figures: $(VENV)/.installed
-	@for f in $(FIGURES); do echo "== paper_figures/$$f.py"; $(PYTHON) -m paper_figures.$$f --quiet || exit 1; done
+	@if [ "$(TIER)" != quick ]; then $(PYTHON) -m paper_figures.tier --tier $(TIER) --workers $(WORKERS) || exit 1; fi
+	@for f in $(FIGURES); do echo "== paper_figures/$$f.py"; \
+		$(PYTHON) -m paper_figures.$$f --tier $(TIER) --workers $(WORKERS) --quiet || exit 1; done
 
 # re-execute every notebook in place (QUICK; static fallbacks instead of widgets), outputs saved for the repo page
 notebooks: $(VENV)/.installed-dev

@@ -1,15 +1,24 @@
-"""What every reproduction script shares: the QUICK and FULL settings, the command line, cached multi-seed
-training, mean ± std, the one verdict rule, and how a figure and its numbers are saved.
+"""What every reproduction script shares: the tiers, the command line, cached multi-seed training, mean ± std, the
+one verdict rule, and how a figure and its numbers are saved.
 
-QUICK (the default) trains on scikit-learn's digits (embedded, nothing downloaded) with a small MLP, so a
-notebook runs in minutes on a 2-core CPU; FedAvg reaches about 94% test accuracy there, above the 85% bar a
-model must meet before it is probed. FULL uses the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN,
-100 clients at 10%, 800 rounds) and wants a GPU.
+Tiers (``TIERS``, ``--tier``):
+- quick (the default): scikit-learn's digits (embedded, nothing downloaded) with a small MLP, so a notebook runs in
+  minutes on a 2-core CPU (CI); FedAvg reaches about 94% test accuracy there.
+- mnist: the real-data tier. MNIST (``make data``) with the 784-200-200-10 MLP in the papers' federated protocol
+  (100 clients, 10% per round, Dirichlet 0.6 or 0.1, batch 50, 5 local epochs, FL-Simulator's local lr 0.1, decay
+  0.998 per round and weight decay 1e-3), 300 rounds, 5 seeds; FedALS in its own protocol (5 clients, 2 classes
+  each). Every run of the tier is trained once for every script that uses it, through a resumable process pool
+  (``python -m paper_figures.tier``; the plan is in paper_figures/README_TIER.md).
+- full: the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN, 800 rounds); wants a GPU.
+
+Run cache (:mod:`paper_figures.runs`): one directory per run under ``<out>/runs/<tier>/``, keyed by the resolved
+config, the hooks' ``tag`` and :func:`~paper_figures.runs.training_source_hash`; a run whose key differs is trained
+again, a killed run resumes from its last checkpoint. Convergence: :func:`converged`. Matched fit:
+:func:`matched_checkpoints`.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -17,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from fedlab_analysis import plots
-from fedlab_analysis.config import EXECUTION, RunConfig
+from fedlab_analysis.config import RunConfig
 from fedlab_analysis.errors import UserError
 
 OUT = Path(__file__).parent / "out"
@@ -26,49 +35,97 @@ OUT = Path(__file__).parent / "out"
 QUICK_BASE = dict(dataset="digits", model="mlp", model_kwargs={"widths": [64]}, clients=20, partition="dirichlet",
                   dir_alpha=0.3, active_ratio=0.5, batch_size=20, local_epochs=2, lr=0.1, lr_decay=1.0, wd=0.0,
                   rounds=30, quiet=True)
+# the papers' federated protocol on MNIST (FedSMOO Sec. 5.1, FedLESAM Sec. 6.1, FedCM Sec. 6, FedInit Sec. 5) with
+# FL-Simulator's defaults (local lr 0.1, lr decay 0.998 per round, weight decay 1e-3, batch 50, 5 local epochs) and
+# its mnist_2NN; 300 rounds (FedAvg ~97.5% at Dirichlet 0.6). Train loss on a fixed 10,000-sample train subset
+# (the matched-fit rungs read it), test accuracy on all 10,000 test images, both every 2 rounds; a checkpoint every
+# 25 rounds (a killed run resumes from it); a run that goes non-finite goes on and is marked (divergence is an
+# outcome, and FedInit Fig. 1 needs the rounds after it).
+MNIST_BASE = dict(dataset="mnist", model="mlp", model_kwargs={"widths": [200, 200]}, clients=100,
+                  partition="dirichlet", dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1,
+                  lr_decay=0.998, wd=1e-3, rounds=300, eval_every=2, eval_train_samples=10000, ckpt_every=25,
+                  on_divergence="continue", quiet=True)
 # the papers' setting (FedSMOO Sec. 5.1, FedLESAM Sec. 5.1, FedCM Sec. 5): CIFAR-10, ResNet-18-GN, 10% of 100
 FULL_BASE = dict(dataset="cifar10", model="resnet18gn", model_kwargs={}, clients=100, partition="dirichlet",
                  dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1, lr_decay=0.998, wd=1e-3,
                  augment=True, rounds=800, quiet=True)
+TIERS = {"quick": QUICK_BASE, "mnist": MNIST_BASE, "full": FULL_BASE}
+SEEDS = {"quick": 3, "mnist": 5, "full": 3}          # default --seeds per tier
 
 VERDICTS = ("reproduced", "not reproduced at this scale", "opposite")
 _COLOURS = {"reproduced": "#d9f0d3", "not reproduced at this scale": "#fee8c8", "opposite": "#fcbba1"}
-_ARGS = {"out": OUT, "data_dir": None, "device": "cpu"}   # set by parse_args; read by config and save_result
+_ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2}   # set by parse_args; read below
+
+
+def tier_of(tier) -> str:
+    """A tier name; ``True``/``False`` (the old ``full`` flag) read as "full"/"quick"."""
+    if isinstance(tier, bool) or tier is None:
+        return "full" if tier else "quick"
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; choose one of {', '.join(TIERS)}")
+    return tier
 
 
 def parse_args(description: str, argv=None) -> argparse.Namespace:
-    """--full, --seeds N (default 3), --out DIR, --data-dir, --quiet. Bad input: one `error:` line, exit 2."""
+    """--tier quick|mnist|full (--full = --tier full), --seeds N (default 3 quick, 5 mnist), --workers N (default
+    2), --out DIR, --data-dir, --quiet. Bad input: one `error:` line, exit 2. ``args.full`` is ``tier == "full"``."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--full", action="store_true",
-                    help="the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN, 100 clients at 10%%, "
-                         "800 rounds; wants a GPU) instead of QUICK (digits, MLP, minutes on a CPU)")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
+    ap.add_argument("--tier", default=None, help="quick (digits, minutes on a CPU; default), mnist (the real-data "
+                    "tier: MNIST, the papers' protocol, 5 seeds; `make data` first) or full (CIFAR-10 from "
+                    "--data-dir, ResNet-18-GN; wants a GPU)")
+    ap.add_argument("--full", action="store_true", help="the same as --tier full")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 5 for mnist)")
+    ap.add_argument("--workers", type=int, default=2, help="runs trained side by side, one torch thread each "
+                    "(default 2)")
     ap.add_argument("--out", default=str(OUT), help=f"output root; results go to OUT/<name>/ (default {OUT})")
-    ap.add_argument("--data-dir", default=None, help="directory with the official CIFAR-10/100 files (--full)")
+    ap.add_argument("--data-dir", default=None, help="directory with the official dataset files (--tier full: "
+                    "CIFAR-10; --tier mnist: optional, else the `make data` cache)")
     ap.add_argument("--quiet", action="store_true", help="print only the final summary")
     args = ap.parse_args(argv)
     err = None
-    if args.seeds < 1:
+    if args.tier is not None and args.tier not in TIERS:
+        err = f"--tier: unknown {args.tier!r}; choose one of {', '.join(TIERS)}"
+    elif args.full and args.tier not in (None, "full"):
+        err = f"--full: means --tier full; it contradicts --tier {args.tier}"
+    args.tier = "full" if args.full else (args.tier or "quick")
+    if err is None and args.seeds is None:
+        args.seeds = SEEDS[args.tier]
+    if err is not None:
+        pass
+    elif args.seeds < 1:
         err = f"--seeds: must be >= 1 (got {args.seeds})"
-    elif args.full and not args.data_dir:
-        err = "--data-dir: --full reads CIFAR-10 from a local directory; give --data-dir DIR"
+    elif args.workers < 1:
+        err = f"--workers: must be >= 1 (got {args.workers})"
+    elif args.tier == "full" and not args.data_dir:
+        err = "--data-dir: --tier full reads CIFAR-10 from a local directory; give --data-dir DIR"
     elif args.data_dir and not Path(args.data_dir).is_dir():
         err = f"--data-dir: no directory {args.data_dir!r}"
     if err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2)
+    args.full = args.tier == "full"
     from fedlab_analysis.device import resolve, set_threads
-    set_threads(1)                                   # the QUICK MLP is fastest on one thread; shares the machine
-    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, device=str(resolve("auto")) if args.full else "cpu")
+    set_threads(1)                                   # the MLPs are fastest on one thread; shares the machine
+    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers,
+                 device=str(resolve("auto")) if args.full else "cpu")
     return args
 
 
 def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None) -> dict:
-    """Every script's main: parse the command line, compute (and plot), save data.json + fig.png, print the verdicts.
-    ``compute(seeds, full)`` returns (data, fig), or the data alone when ``plot(data)`` draws the figure;
+    """Every script's main: parse the command line, train the script's runs (``run_list(tier, seeds)`` of its
+    module, through the pool of ``--workers``), compute (and plot), save data.json + fig.png, print the verdicts.
+    ``compute(seeds, tier)`` returns (data, fig), or the data alone when ``plot(data)`` draws the figure;
     ``summary(data)`` is what is printed (default: the table's verdicts and the overall one)."""
     args = parse_args(doc.split("\n\n")[0], argv)
-    out = compute(args.seeds, args.full)
+    mod = sys.modules.get(getattr(compute, "__module__", ""), None)
+    try:
+        if mod is not None and hasattr(mod, "run_list"):
+            from paper_figures import runs
+            runs.train_pool(runs.tasks(mod.run_list(args.tier, args.seeds), args.tier), args.workers,
+                            quiet=args.quiet)
+        out = compute(args.seeds, args.tier)
+    except UserError as e:
+        run_error(e)
     data, fig = (out, plot(out)) if plot is not None else out
     save_result(name, data, fig)
     if summary is not None:
@@ -87,46 +144,74 @@ def seed_list(seeds) -> list[int]:
     return list(range(seeds)) if isinstance(seeds, int) else list(seeds)
 
 
-def setting(full: bool, **shown) -> str:
+def setting(tier="quick", **shown) -> str:
     """One line naming the run for a figure title: model, data, clients, rounds and the given hyper-parameters."""
-    b = FULL_BASE if full else QUICK_BASE
+    b = TIERS[tier_of(tier)]
     extra = "".join(f", {k}={v}" for k, v in shown.items())
     return (f"{b['model']} on {b['dataset']}, {b['clients']} clients at {b['active_ratio']:.0%}, "
             f"{b['rounds']} rounds{extra}")
 
 
-def config(cfg_overrides: dict, seed: int = 0, full: bool = False) -> RunConfig:
-    """The resolved RunConfig: the QUICK or FULL base, then the overrides, then the seed."""
-    base = dict(FULL_BASE, data_dir=_ARGS["data_dir"], device=_ARGS["device"]) if full else QUICK_BASE
+def config(cfg_overrides: dict, seed: int = 0, tier="quick") -> RunConfig:
+    """The resolved RunConfig: the tier's base, then the overrides, then the seed."""
+    t = tier_of(tier)
+    base = dict(TIERS[t])
+    if t == "full":
+        base.update(data_dir=_ARGS["data_dir"], device=_ARGS["device"])
+    elif t == "mnist" and _ARGS["data_dir"]:
+        base.update(data_dir=_ARGS["data_dir"])
     return RunConfig(**{**base, **cfg_overrides, "seed": seed}).validate()
 
 
-def train_seeds(cfg_overrides: dict, seeds, out_root, full: bool = False, callbacks_fn=None, tag: str = "") -> list:
-    """One run per seed, cached: a run directory named by a hash of the resolved config (and ``tag``, which
-    names what ``callbacks_fn(seed) -> [hooks]`` records) is reused when its last.pt and config.json match.
-    Returns [{"seed", "run_dir", "test_acc", "rows"}, ...]; rows are the metrics.jsonl rows (with the hooks'
-    probe rows when callbacks were given)."""
-    from fedlab_analysis.trainers.loop import train
-    seeds = range(seeds) if isinstance(seeds, int) else seeds
-    out = []
-    for s in seeds:
-        cfg = config(cfg_overrides, s, full)
-        d = cfg.to_dict()
-        key = {k: v for k, v in d.items() if k not in (*EXECUTION, "seed", "data_dir")}
-        h = hashlib.sha1(json.dumps([key, tag], sort_keys=True).encode()).hexdigest()[:10]
-        run_dir = Path(out_root) / f"{cfg.algo}-{h}-s{s}"
-        cached = run_dir / "ckpt" / "last.pt"
-        same = cached.exists() and _computes(json.loads((run_dir / "config.json").read_text())) == _computes(d)
-        if not same:                                 # a stale or half-written run directory is replaced
-            train(cfg, run_dir, callbacks=callbacks_fn(s) if callbacks_fn else (), overwrite=True)
-        rows = plots.read_metrics(run_dir)
-        out.append({"seed": s, "run_dir": str(run_dir), "test_acc": rows[-1]["test_acc"], "rows": rows})
-    return out
+def main_tag(tier, quick_tag: str = "") -> str:
+    """The hooks tag of a run in the papers' main protocol: in the mnist tier every such run carries the same hooks
+    (``runs.HOOKS["mnist"]``: consensus every round, drift and global sharpness every 5 rounds), so one run serves
+    every script that trains that config; in the other tiers the script's own ``quick_tag``."""
+    return "mnist" if tier_of(tier) == "mnist" else quick_tag
 
 
-def _computes(d: dict) -> dict:
-    """What a config computes: without the fields that say only how and where it ran."""
-    return {k: v for k, v in d.items() if k not in EXECUTION}
+def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbacks_fn=None, tag: str = "") -> list:
+    """One run per seed from the tier's run cache (``runs.ensure``: trained once, resumed when killed, trained again
+    when its key changes). ``tag`` names the hooks the runs carry (``runs.HOOKS[tag](seed) -> [hooks]``, so they
+    also work in pool workers); ``callbacks_fn`` is accepted only for a registered tag. ``out_root`` (default
+    ``<out>/runs/<tier>``) is the cache directory. Returns [{"seed", "run_dir", "test_acc", "rows", "converged",
+    "diverged", "matched"}, ...]: rows are the metrics.jsonl rows (with the hooks' probe rows), ``diverged`` the
+    reason training went non-finite (None if it did not; such a run is an outcome, never dropped), ``matched``
+    {rung: checkpoint path} of the matched-fit ladder."""
+    from paper_figures import runs
+    t = tier_of(tier)
+    if callbacks_fn is not None and tag not in runs.HOOKS:
+        raise ValueError(f"train_seeds: tag {tag!r} is not in paper_figures.runs.HOOKS; register its hooks there "
+                         f"so that pool workers can build them")
+    tasks = runs.tasks([(cfg_overrides, s, tag) for s in seed_list(seeds)], t, out_root)
+    return [runs.result(runs.ensure(task)) for task in tasks]
+
+
+def converged(test_accs, frac: float = 0.1, tol: float = 0.003) -> bool:
+    """The one convergence criterion: the mean test accuracy over the last ``frac`` (10%) of the evaluated rounds
+    differs from the mean over the 10% before it by less than ``tol`` (0.3 points). Needs at least 10 evaluations
+    and finite values. Why: at 300 rounds that is a 30-round window; a curve that still gains 0.3 points per 30
+    rounds would gain about a point more by 400 rounds, the size of the smallest effects the papers claim, so such
+    a comparison says "not converged" instead of a verdict."""
+    a = np.asarray(list(test_accs), dtype=float)
+    if a.size < 10 or not np.all(np.isfinite(a)):
+        return False
+    w = max(1, int(round(frac * a.size)))
+    return bool(abs(a[-w:].mean() - a[-2 * w:-w].mean()) < tol)
+
+
+def matched_checkpoints(runs_: list) -> dict:
+    """The lowest rung of the matched-fit ladder (``runs.RUNGS``: train loss 0.3, 0.1, 0.03, 0.01, 0.003) that every
+    run of ``runs_`` (train_seeds results) reached, and each run's model-only checkpoint there (saved the first
+    time its train loss fell below the rung): ``{"rung": r or None, "paths": [...], "rounds": [...]}`` in the
+    order of ``runs_``. A comparison probes each algorithm at this common rung."""
+    from paper_figures import runs
+    common_rungs = [r for r in runs.RUNGS if all(str(r) in x.get("matched", {}) for x in runs_)]
+    if not common_rungs or not runs_:
+        return {"rung": None, "paths": [], "rounds": []}
+    r = min(common_rungs)
+    hits = [x["matched"][str(r)] for x in runs_]
+    return {"rung": r, "paths": [h["path"] for h in hits], "rounds": [h["round"] for h in hits]}
 
 
 def mean_std(xs) -> tuple[float, float]:
@@ -237,13 +322,20 @@ def _plain(x):
 
 def theory_rows(paper: str, out_dir=None) -> list[dict]:
     """The paper's convex-toy claims, by the public command `python -m fedlab_analysis.theory PAPER --quick
-    --out DIR` (its report.json: id, claim, where, expected, measured, verdict), reused when DIR has one."""
+    --out DIR` (its report.json: id, claim, where, expected, measured, verdict). Reused only while DIR's key.json
+    holds the same command and :func:`~paper_figures.runs.package_source_hash` (any change to the package's
+    source recomputes it)."""
     import subprocess
+
+    from paper_figures.runs import package_source_hash
     out_dir = Path(out_dir or Path(_ARGS["out"]) / "theory_quick" / paper)
-    report = out_dir / "report.json"
-    if not report.exists():
+    report, key_file = out_dir / "report.json", out_dir / "key.json"
+    key = {"command": ["fedlab_analysis.theory", paper, "--quick"], "source": package_source_hash()}
+    if not report.exists() or not key_file.exists() or json.loads(key_file.read_text()) != key:
+        key_file.unlink(missing_ok=True)
         subprocess.run([sys.executable, "-m", "fedlab_analysis.theory", paper, "--quick", "--out", str(out_dir)],
                        check=True, stdout=subprocess.DEVNULL)
+        key_file.write_text(json.dumps(key) + "\n")
     keys = ("id", "claim", "expected", "measured", "verdict")
     return [{**{k: c[k] for k in keys}, "where": _paper_only(c["where"])} for c in json.loads(report.read_text())]
 

@@ -31,6 +31,21 @@ QUICK = dict(algo="fedavg", clients=5, active_ratio=1.0, partition="sorted", loc
              lr=0.05, wd=1e-4, model_kwargs={"widths": [64, 64, 64]}, rounds=100, eval_every=10)
 FULL = dict(algo="fedavg", model="resnet20", clients=5, active_ratio=1.0, partition="sorted", local_steps=50,
             batch_size=64, lr=0.05, wd=1e-4, lr_decay=1.0, augment=False, rounds=400, eval_every=10)
+# mnist tier: the same protocol (FedAvg, tau = 50, 5 clients x 2 classes) on MNIST with the 784-200-200-10 MLP
+# (fc1, fc2 extract features, fc3 is the head), 300 rounds x 50 steps at batch 64 (FedALS Sec. 2: SGD, wd 1e-4)
+MNIST = dict(algo="fedavg", clients=5, active_ratio=1.0, partition="sorted", local_steps=50, batch_size=64,
+             lr=0.05, wd=1e-4, lr_decay=1.0, rounds=300, eval_every=10, eval_train_samples=10000)
+DEFS = {"quick": QUICK, "mnist": MNIST, "full": FULL}
+
+
+def hooks(seed):
+    return [consensus.make_hook(steps=1)]
+
+
+def run_list(tier, seeds) -> list:
+    return [(DEFS[common.tier_of(tier)], s, "consensus-every-step") for s in common.seed_list(seeds)]
+
+
 FORMS = {"fedals_cd": "raw (the paper's)", "fedals_cd_per_param": "per parameter",
          "fedals_cd_relative": "relative to ||layer||^2"}
 
@@ -43,11 +58,10 @@ def steps_table(rows: list[dict], form: str) -> tuple[list[str], dict]:
     return layers, {lab: np.array([p[f"{form}.{lab}"] for p in steps]).reshape(R, -1) for lab in layers}
 
 
-def compute(seeds=3, full=False, out_root=None) -> dict:
-    out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
-    runs = common.train_seeds(FULL if full else QUICK, seeds, out_root, full,
-                              callbacks_fn=lambda s: [consensus.make_hook(steps=1)], tag="consensus-every-step")
-    res = {"claim": CLAIM, "seeds": len(runs), "config": common.config(FULL if full else QUICK, 0, full).to_dict(),
+def compute(seeds=3, tier="quick", out_root=None) -> dict:
+    base = DEFS[common.tier_of(tier)]
+    runs = common.train_seeds(base, seeds, out_root, tier, tag="consensus-every-step")
+    res = {"claim": CLAIM, "seeds": len(runs), "config": common.config(base, 0, tier).to_dict(),
            "test_acc": [r["test_acc"] for r in runs], "forms": {}}
     for form, label in FORMS.items():
         per_seed, curves = [], []

@@ -32,25 +32,42 @@ QUICK = dict(algo="fedals", tau=5, local_steps=5, clients=5, active_ratio=1.0, p
              lr=0.05, wd=1e-4, model_kwargs={"widths": [64, 64, 64]}, rounds=600, eval_every=50)
 FULL = dict(algo="fedals", tau=5, local_steps=5, model="resnet20", clients=5, active_ratio=1.0, partition="sorted",
             batch_size=64, lr=0.05, wd=1e-4, lr_decay=1.0, augment=False, rounds=4300, eval_every=100)
+# mnist tier: FedALS's own protocol (Sec. 2, 7): 5 clients x 2 classes, tau = 5, batch 64, SGD wd 1e-4, on MNIST
+# with the 784-200-200-10 MLP (phi = fc1, fc2; h = fc3), 3,000 rounds = 15,000 local steps (the paper trains a
+# fixed number of iterations, about 2-4e4); alpha in {1, 5, 10, 50}: FedAvg, the peak region and the far end
+MNIST = dict(algo="fedals", tau=5, local_steps=5, clients=5, active_ratio=1.0, partition="sorted", batch_size=64,
+             lr=0.05, wd=1e-4, lr_decay=1.0, rounds=3000, eval_every=50, eval_train_samples=10000)
+MNIST_ALPHAS = (1, 5, 10, 50)
+DEFS = {"quick": QUICK, "mnist": MNIST, "full": FULL}
+
+
+def alphas(tier) -> tuple:
+    return MNIST_ALPHAS if common.tier_of(tier) == "mnist" else ALPHAS
+
+
+def run_list(tier, seeds) -> list:
+    return [({**DEFS[common.tier_of(tier)], "alpha": a}, s, "") for a in alphas(tier) for s in common.seed_list(seeds)]
+
+
 # Table 2, CIFAR-10 column: mean ± std over 20 runs, and the parameters communicated per client
 PAPER = {a: (*acc, PAPER_COMM[a]) for a, acc in {1: (0.4651, 0.0071), 5: (0.5201, 0.0302), 10: (0.5224, 0.0365),
                                                   25: (0.3814, 0.0641), 50: (0.2853, 0.0641),
                                                   100: (0.2817, 0.032)}.items()}
 
 
-def compute(seeds=3, full=False, out_root=None) -> dict:
-    out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
-    base = FULL if full else QUICK
-    acc = {a: [r["test_acc"] for r in common.train_seeds({**base, "alpha": a}, seeds, out_root, full)]
+def compute(seeds=3, tier="quick", out_root=None) -> dict:
+    base = DEFS[common.tier_of(tier)]
+    ALPHAS = alphas(tier)
+    acc = {a: [r["test_acc"] for r in common.train_seeds({**base, "alpha": a}, seeds, out_root, tier)]
            for a in ALPHAS}
     from fedlab_analysis.trainers.engine import Run
-    run = Run(common.config({**base, "alpha": 1}, 0, full))           # the layer table with its phi/h groups
+    run = Run(common.config({**base, "alpha": 1}, 0, tier))           # the layer table with its phi/h groups
     comm = {a: fedals_floats(run.space, a, base["rounds"]) for a in ALPHAS}
     diffs = np.array([acc[10]]) - np.array([acc[1]])                  # paired by seed
     peak = max((5, 10), key=lambda a: np.mean(acc[a]))
     ends = max((1, 50), key=lambda a: np.mean(acc[a]))
     umargin = np.array(acc[peak]) - np.array(acc[ends])
-    res = {"config": common.config(base, 0, full).to_dict(), "alphas": list(ALPHAS), "seeds": seeds,
+    res = {"config": common.config(base, 0, tier).to_dict(), "alphas": list(ALPHAS), "seeds": seeds,
            "test_acc": {str(a): v for a, v in acc.items()},
            "mean_std": {str(a): common.mean_std(v) for a, v in acc.items()},
            "comm_per_client": {str(a): v for a, v in comm.items()},

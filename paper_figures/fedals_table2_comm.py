@@ -61,7 +61,7 @@ def plot(res: dict):
 
 
 def main(argv=None):
-    return common.run_script(NAME, lambda seeds, full: compute(), __doc__, argv, plot,
+    return common.run_script(NAME, lambda seeds, tier: compute(), __doc__, argv, plot,
                              lambda res: f"{res['verdict']} max rel. error {res['max_rel_err']:.1e}")
 
 

@@ -27,6 +27,11 @@ from paper_figures import fedcm_table3_alpha as T3                      # noqa: 
 NAME = "fedcm_dispersion"
 GRID = (0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 FIT = 0.4
+def run_list(tier, seeds) -> list:
+    """No runs of its own: the FedCM Table 3 alpha = 0.1 runs."""
+    return [r for r in T3.run_list(tier, seeds) if r[0]["alpha"] == 0.1]
+
+
 CASES = {"own K_i (local epochs)": None, "equal K = 8 steps": 8}
 
 
@@ -48,9 +53,9 @@ def one_round(run_dir: str, alpha: float, local_steps: int | None = None) -> flo
     return out["d"]
 
 
-def compute(seeds=3, full: bool = False):
+def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
-    runs = T3.runs(0.1, seeds, full)                 # the Table 3 sweep's alpha = 0.1 runs (cached there)
+    runs = T3.runs(0.1, seeds, tier)                 # the Table 3 sweep's alpha = 0.1 runs (cached there)
     fit = np.array(GRID) <= FIT
     ratio, slopes, table, verdicts = {}, {}, [], {}
     for case, steps in CASES.items():

@@ -28,6 +28,27 @@ QUICK = dict(algo="fedinit", beta=0.1, clients=20, active_ratio=0.2, dir_alpha=0
 FULL = dict(algo="fedinit", beta=0.1, dir_alpha=0.1, local_epochs=5, local_steps=None, rounds=500)
 KS = (1, 3, 10, 30)
 BETAS = (0.0, 0.1, 0.3, 0.6, 1.0, 1.5, 3.0)
+# mnist tier: FedInit in the paper's protocol (Sec. 5: 10% of 100 clients, Dirichlet 0.1, 5 local epochs, beta 0.1);
+# K in {1, 2, 5} local epochs (an interior optimum needs three points; 10 epochs would double a run) and beta in
+# {0, 0.1, 3} (two stable points, then past the divergence threshold)
+MNIST = dict(algo="fedinit", beta=0.1, dir_alpha=0.1)
+DEFS = {"quick": QUICK, "mnist": MNIST, "full": FULL}
+MNIST_KS, MNIST_BETAS = (1, 2, 5), (0.0, 0.1, 3.0)
+
+
+def grids(tier) -> tuple:
+    """(K key, K grid, beta grid) of the tier."""
+    t = common.tier_of(tier)
+    if t == "mnist":
+        return "local_epochs", MNIST_KS, MNIST_BETAS
+    return ("local_steps" if t == "quick" else "local_epochs"), KS, BETAS
+
+
+def run_list(tier, seeds) -> list:
+    k_key, ks, betas = grids(tier)
+    base = {**DEFS[common.tier_of(tier)], "on_divergence": "continue"}
+    ovs = [{**base, k_key: k} for k in ks] + [{**base, "beta": b} for b in betas]
+    return [(ov, s, common.main_tag(tier)) for ov in ovs for s in common.seed_list(seeds)]
 
 
 def late_acc(run: dict, last: int = 10) -> float:
@@ -36,20 +57,20 @@ def late_acc(run: dict, last: int = 10) -> float:
     return float(np.mean([r["test_acc"] for r in run["rows"][-last:]]))
 
 
-def sweep(overrides: list[dict], seeds, full, out_root) -> tuple[list[list[float]], list[list[bool]]]:
+def sweep(overrides: list[dict], seeds, tier, out_root) -> tuple[list[list[float]], list[list[bool]]]:
     """Late accuracy [setting, seed], and whether each run went non-finite: a run that diverges is a data point
     of this figure, so it goes on (--on-divergence continue) and its rounds are marked."""
-    base = {**(FULL if full else QUICK), "on_divergence": "continue"}
-    runs = [common.train_seeds({**base, **o}, seeds, out_root, full) for o in overrides]
+    base = {**DEFS[common.tier_of(tier)], "on_divergence": "continue"}
+    runs = [common.train_seeds({**base, **o}, seeds, out_root, tier, tag=common.main_tag(tier))
+            for o in overrides]
     return ([[late_acc(r) for r in rs] for rs in runs],
             [[any("diverged" in row for row in r["rows"]) for r in rs] for rs in runs])
 
 
-def compute(seeds=3, full=False, out_root=None) -> dict:
-    out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
-    k_key = "local_epochs" if full else "local_steps"
-    acc_k, _ = sweep([{k_key: k} for k in KS], seeds, full, out_root)
-    acc_b, nonfinite = sweep([{"beta": b} for b in BETAS], seeds, full, out_root)
+def compute(seeds=3, tier="quick", out_root=None) -> dict:
+    k_key, KS, BETAS = grids(tier)
+    acc_k, _ = sweep([{k_key: k} for k in KS], seeds, tier, out_root)
+    acc_b, nonfinite = sweep([{"beta": b} for b in BETAS], seeds, tier, out_root)
     acc_k, acc_b = np.nan_to_num(np.array(acc_k)), np.nan_to_num(np.array(acc_b))   # [K | beta, seed]
     i = 1 + int(np.argmax(acc_k[1:-1].mean(1)))                       # best interior K
     edge = acc_k[[0, -1]][np.argmax(acc_k[[0, -1]].mean(1))]           # the better end
@@ -58,7 +79,7 @@ def compute(seeds=3, full=False, out_root=None) -> dict:
     stable = [b for b, a in zip(BETAS, m) if a >= m[0] - 0.02]          # no more than 2 points worse
     diverged = [b for b, a in zip(BETAS, m) if a < m[0] - 0.10]
     flat_then_diverge = bool(diverged) and len(stable) >= 2 and all(b in stable for b in BETAS if b < min(diverged))
-    return {"config": common.config(FULL if full else QUICK, 0, full).to_dict(), "seeds": seeds,
+    return {"config": common.config(DEFS[common.tier_of(tier)], 0, tier).to_dict(), "seeds": seeds,
             "K": list(KS), "acc_K": acc_k.tolist(), "beta": list(BETAS), "acc_beta": acc_b.tolist(),
             "nonfinite_runs": {str(b): int(sum(n)) for b, n in zip(BETAS, nonfinite)},
             "claims": {"optimal_interior_K": {"best_K": KS[i], "effect": rise_fall,

@@ -24,36 +24,57 @@ from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
-from paper_figures.fedinit_fig1_sensitivity import FULL, QUICK  # noqa: E402
+from paper_figures.fedinit_fig1_sensitivity import DEFS  # noqa: E402
 
 NAME = "fedinit_fig2_consensus"
 BETAS = (-0.2, -0.1, 0.0, 0.1, 0.3)
 AGGS = {"final_avg": "Alg. 1: mean of final models", "delta_from_init": "code: update from the RI start"}
+# mnist tier: beta in {-0.1, 0, 0.1} (lowers / raises the divergence, the "+2 points" claim) with Algorithm 1's
+# aggregation only; the code's delta_from_init and beta -0.2 / 0.3 are dropped to fit the budget
+MNIST_BETAS, MNIST_AGGS = (-0.1, 0.0, 0.1), ("final_avg",)
+
+
+def grids(tier) -> tuple:
+    return (MNIST_BETAS, MNIST_AGGS) if common.tier_of(tier) == "mnist" else (BETAS, tuple(AGGS))
+
+
+def hooks(seed):
+    return [consensus.make_hook()]
+
+
+def run_list(tier, seeds) -> list:
+    betas, aggs = grids(tier)
+    return [({**DEFS[common.tier_of(tier)], "beta": b, "ri_agg": agg}, s, common.main_tag(tier, "consensus-rounds"))
+            for agg in aggs for b in betas for s in common.seed_list(seeds)]
+
+
 PANELS = {"test_acc": "test accuracy", "divergence": "code: (1/|S|) sum_S ||w_i,K - w^{t+1}||^2",
           "fedinit_delta": "paper: (1/C) sum_C ||w_i^last - w^{t+1}||^2"}
 
 
 def curves(run: dict) -> dict:
     """Per-round test accuracy and both divergences from a run's metrics rows (the consensus hook's round rows)."""
-    rnd = [next(p for p in r["probes"] if p["event"] == "round") for r in run["rows"]]
-    return {"test_acc": [r["test_acc"] for r in run["rows"]], "divergence": [p["divergence"] for p in rnd],
+    rows = [r for r in run["rows"] if any(p["probe"] == "consensus" for p in r.get("probes", []))]   # probed rounds
+    rnd = [next(p for p in r["probes"] if p["event"] == "round" and p["probe"] == "consensus") for r in rows]
+    return {"round": [r["round"] for r in rows], "test_acc": [r["test_acc"] for r in rows],
+            "divergence": [p["divergence"] for p in rnd],
             "fedinit_delta": [p["fedinit_delta"] for p in rnd]}
 
 
-def compute(seeds=3, full=False, out_root=None) -> dict:
-    out_root = out_root or Path(common._ARGS["out"]) / NAME / "runs"     # cached runs (git-ignored)
-    base = FULL if full else QUICK
+def compute(seeds=3, tier="quick", out_root=None) -> dict:
+    base = DEFS[common.tier_of(tier)]
+    BETAS, AGGS_ = grids(tier)
     cur = {}
-    for agg in AGGS:
+    for agg in AGGS_:
         for b in BETAS:
-            runs = common.train_seeds({**base, "beta": b, "ri_agg": agg}, seeds, out_root, full,
-                                      callbacks_fn=lambda s: [consensus.make_hook()], tag="consensus-rounds")
+            runs = common.train_seeds({**base, "beta": b, "ri_agg": agg}, seeds, out_root, tier,
+                                      tag=common.main_tag(tier, "consensus-rounds"))
             cur[agg, b] = [curves(r) for r in runs]
     R = len(cur[agg, 0.0][0]["test_acc"])
-    late = {k: {agg: {b: [float(np.mean(c[p][R // 2:])) for c in cur[agg, b]] for b in BETAS} for agg in AGGS}
+    late = {k: {agg: {b: [float(np.mean(c[p][R // 2:])) for c in cur[agg, b]] for b in BETAS} for agg in AGGS_}
             for k, p in [("test_acc", "test_acc"), ("divergence", "divergence"), ("delta", "fedinit_delta")]}
     claims = {}
-    for agg in AGGS:
+    for agg in AGGS_:
         acc, div = late["test_acc"][agg], late["divergence"][agg]
         lower = common.mean_std(np.subtract(div[0.0], div[0.1]))             # > 0: beta = 0.1 lowers it
         gain = common.mean_std(np.subtract(acc[0.1], acc[0.0]))              # the paper: at least +0.02
@@ -65,21 +86,29 @@ def compute(seeds=3, full=False, out_root=None) -> dict:
                        "beta>0 gains >= 2 points": {"effect": gain, "verdict": at_least_2},
                        "beta<0 raises divergence": {"effect": raise_, "verdict": common.verdict(*raise_)}}
     mean_curves = {f"{agg}/beta={b}": {p: np.mean([c[p] for c in cur[agg, b]], 0).round(6).tolist() for p in PANELS}
-                   for agg in AGGS for b in BETAS}
-    return {"config": common.config(base, 0, full).to_dict(), "seeds": seeds, "betas": list(BETAS),
+                   | {"round": cur[agg, b][0]["round"]}
+                   for agg in AGGS_ for b in BETAS}
+    return {"config": common.config(base, 0, tier).to_dict(), "seeds": seeds, "betas": list(BETAS),
             "late": {k: {a: {str(b): v for b, v in d.items()} for a, d in x.items()} for k, x in late.items()},
             "curves": mean_curves, "claims": claims,
             "verdict": claims["final_avg"]["beta>0 lowers divergence"]["verdict"]}
 
 
+def _aggs(res: dict) -> list:
+    """The aggregations this result holds (both in QUICK, Algorithm 1's alone in the mnist tier)."""
+    return [a for a in AGGS if f"{a}/beta={res['betas'][0]}" in res["curves"]]
+
+
 def plot(res: dict):
-    fig, ax = figure(ncols=3, nrows=2, w=4.0, h=2.9)
-    for i, agg in enumerate(AGGS):
+    fig, ax = figure(ncols=3, nrows=len(_aggs(res)), w=4.0, h=2.9)
+    for i, agg in enumerate(_aggs(res)):
         for j, (p, title) in enumerate(PANELS.items()):
             for b in res["betas"]:
                 y = res["curves"][f"{agg}/beta={b}"][p]
-                ax[i, j].plot(np.arange(1, len(y) + 1), y, lw=1.1, label=f"beta={b:+.1f}")
-            ax[i, j].set(xlabel="round" if i else None, yscale="log" if p != "test_acc" else "linear",
+                x = res["curves"][f"{agg}/beta={b}"].get("round", np.arange(1, len(y) + 1))   # probed rounds
+                ax[i, j].plot(x, y, lw=1.1, label=f"beta={b:+.1f}")
+            ax[i, j].set(xlabel="round" if i == len(_aggs(res)) - 1 else None,
+                         yscale="log" if p != "test_acc" else "linear",
                          title=title if i == 0 else None)
             if p == "test_acc":
                 ax[i, j].set_ylim(0.5, 1.0)
@@ -87,12 +116,13 @@ def plot(res: dict):
     ax[0, 2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=f"mean of {res['seeds']} seeds")
     c = res["config"]
     acc0 = np.mean(res["late"]["test_acc"]["final_avg"]["0.0"])
+    k_label = c["local_steps"] or f"{c['local_epochs']} epochs"
     fig.suptitle(f"FedInit Fig. 2 — FedAvg+RI on {c['dataset']} ({c['model']}), {c['clients']} clients at "
-                 f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, K={c['local_steps']}; FedAvg (beta=0) late test "
+                 f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, K={k_label}; FedAvg (beta=0) late test "
                  f"acc {acc0:.3f}", fontsize=9.5)
     fig.tight_layout()
     parts = []
-    for agg in AGGS:
+    for agg in _aggs(res):
         cl = res["claims"][agg]
         parts.append(f"{agg}: " + "; ".join(f"{k}: {v['verdict']} ({v['effect'][0]:+.3g} ± {v['effect'][1]:.1g})"
                                             for k, v in cl.items()))

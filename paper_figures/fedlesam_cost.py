@@ -30,20 +30,25 @@ PAPER = {"fedavg": ("FedAvg", 1, 1, 1), "fedsam": ("FedSAM", 1, 1, 2), "fedlesam
          "mofedsam": ("MoFedSAM", 2, 2, 2), "fedsmoo": ("FedSMOO", 4, 2, 2), "fedlesam-d": ("FedLESAM-D", 4, 2, 1),
          "fedgamma": ("FedGAMMA", 3, 2, 2), "fedlesam-s": ("FedLESAM-S", 4, 2, 1)}
 ROWS = ("memory", "communication", "backprop")
-ROUNDS = 3
+ROUNDS = 3                  # counts, not accuracy: the QUICK network in every tier but full
 
 
-def counts(algo: str, seed: int, full: bool = False) -> dict:
+def _base(tier) -> str:
+    """The QUICK network in every tier but full (an exact check needs no MNIST runs)."""
+    return "full" if C.tier_of(tier) == "full" else "quick"
+
+
+def counts(algo: str, seed: int, tier="quick") -> dict:
     from fedlab_analysis.trainers.loop import train
-    run = train(C.config({"algo": algo, "rounds": ROUNDS, "rho": 0.1}, seed, full))
+    run = train(C.config({"algo": algo, "rounds": ROUNDS, "rho": 0.1}, seed, _base(tier)))
     r, P = run.last_row, run.space.P
     return {"n_grads": run.n_grads, "down": r["floats_down"] / P / r["n_active"],
             "up": r["floats_up"] / P / r["n_active"], "stored": r["floats_stored_per_client"] / P}
 
 
-def compute(seeds=3, full: bool = False):
+def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
-    raw = {a: [counts(a, s, full) for s in seeds] for a in PAPER}
+    raw = {a: [counts(a, s, tier) for s in seeds] for a in PAPER}
     meas, table, verdicts = {}, [], {}
     for a, (name, *paper) in PAPER.items():
         back = {raw[a][i]["n_grads"] / raw["fedavg"][i]["n_grads"] for i in range(len(seeds))}

@@ -26,6 +26,26 @@ from paper_figures import common as C                                   # noqa: 
 NAME = "fedsmoo_fig3_surface"
 ALGOS = {"fedavg": "FedAvg", "scaffold": "SCAFFOLD", "mofedsam": "MoFedSAM", "fedsmoo": "FedSMOO"}
 HP = dict(dir_alpha=0.1, rho=0.05, lamb=0.1)
+# mnist tier: FedSMOO Sec. 5.1's SAM lr per method (FedSMOO 0.1, lamb 0.1) at Dirichlet 0.1; FedAvg and FedSMOO are
+# the FedLESAM Fig. 2 / Table 2 runs; MoFedSAM (two gradients a step, r = 0.01) is dropped to fit the budget
+MNIST = {"fedavg": {}, "scaffold": {}, "fedsmoo": dict(rho=0.1, lamb=0.1)}
+
+
+def per_algo(algos: dict, overrides: dict, tier, mnist: dict) -> dict:
+    """{algo: overrides}: the script's HP in the quick and full tiers, each method's own rho in the mnist tier."""
+    if C.tier_of(tier) != "mnist":
+        return {a: {"algo": a, **overrides} for a in algos}
+    return {a: {"algo": a, "dir_alpha": overrides["dir_alpha"], **mnist[a]} for a in algos}
+
+
+def run_list(tier, seeds) -> list:
+    return [(ov, s, C.main_tag(tier)) for ov in per_algo(tier_algos(ALGOS, tier, MNIST), HP, tier, MNIST).values()
+            for s in C.seed_list(seeds)]
+
+
+def tier_algos(algos: dict, tier, mnist: dict) -> dict:
+    """The methods of a tier: in the mnist tier those ``mnist`` lists."""
+    return {a: n for a, n in algos.items() if a in mnist} if C.tier_of(tier) == "mnist" else algos
 SAMPLES, GRID, RANGE = 1000, 21, 0.5
 
 
@@ -43,15 +63,15 @@ def plane(run_dir: str, samples: int = SAMPLES, grid: int = GRID, span: float = 
     return s
 
 
-def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: bool = False,
-             claim: str = "") -> tuple[dict, object]:
+def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, tier="quick",
+             claim: str = "", mnist: dict | None = None) -> tuple[dict, object]:
     """Train every algorithm for every seed (cached), probe its plane, compare ``target`` with each other one on
     centre loss and mean rise; returns (data, figure)."""
     from fedlab_analysis.probes import landscape
     seeds = C.seed_list(seeds)
     per, shown = {}, {}
     for algo in algos:
-        runs = C.train_seeds({"algo": algo, **overrides}, seeds, C.out_dir(name) / "runs", full)
+        runs = C.train_seeds(per_algo(algos, overrides, tier, mnist)[algo], seeds, None, tier, tag=C.main_tag(tier))
         per[algo] = []
         for r in runs:
             s = plane(r["run_dir"])
@@ -74,7 +94,7 @@ def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: 
     vs = list(verdicts.values())
     verdicts["overall"] = C.overall(vs)
     acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in algos}
-    setting = C.setting(full, dir_alpha=overrides["dir_alpha"])
+    setting = C.setting(tier, dir_alpha=overrides["dir_alpha"])
     data = {"claim": claim, "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
             "test_acc": acc, "runs": per, "plane": {"samples": SAMPLES, "grid": GRID, "range": RANGE}}
     titles = [f"{algos[a]} (test acc {acc[a][0]:.2f})" for a in algos]
@@ -93,8 +113,8 @@ def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, full: 
     return data, fig
 
 
-def compute(seeds=3, full: bool = False):
-    return surfaces(NAME, ALGOS, HP, "fedsmoo", seeds, full,
+def compute(seeds=3, tier="quick"):
+    return surfaces(NAME, tier_algos(ALGOS, tier, MNIST), HP, "fedsmoo", seeds, tier, mnist=MNIST,
                     claim="FedSMOO Fig. 3: FedSMOO's final model sits in a lower and flatter minimum than FedAvg's, "
                           "SCAFFOLD's and MoFedSAM's (CIFAR-10, Dirichlet 0.1)")
 

@@ -112,7 +112,7 @@ def summary(res: dict) -> str:
 
 
 def main(argv=None):
-    return common.run_script(NAME, lambda seeds, full: compute(), __doc__, argv, plot, summary)
+    return common.run_script(NAME, lambda seeds, tier: compute(), __doc__, argv, plot, summary)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """paper_figures/common.py: the one verdict rule, the overall rule, the command line's bad input, the claims table
-and the cached multi-seed training (a second call reuses the run directories instead of training again)."""
+and the cached multi-seed training (a second call reuses the run directories instead of training again; the run
+cache itself is tested in test_paper_figures_tier.py)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -64,5 +66,6 @@ def test_train_seeds_caches_by_config(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a cached run was trained again"))
     b = C.train_seeds(small, [0, 1], tmp_path / "runs")
     assert [r["rows"] for r in b] == [r["rows"] for r in a]
-    cfg = json.loads((tmp_path / "runs" / a[0]["run_dir"].split("/")[-1] / "config.json").read_text())
+    cfg = json.loads((Path(a[0]["run_dir"]) / "config.json").read_text())
+    assert Path(a[0]["run_dir"]).parent.parent == tmp_path / "runs"
     assert cfg["seed"] == 0 and cfg["dataset"] == C.QUICK_BASE["dataset"] and cfg["rounds"] == 2

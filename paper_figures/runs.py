@@ -1,0 +1,313 @@
+"""The run cache of the paper figures: one directory per run, shared by every script of a tier, resumable, pooled.
+
+A run is (resolved config, hooks ``tag``). Its entry ``<out>/runs/<tier>/<algo>-<hash>-s<seed>/`` holds
+``key.json`` (the run key), ``run/`` (the trainer's config.json, metrics.jsonl, ckpt/last.pt), ``matched/`` (the
+matched-fit checkpoints) and ``done.json`` or ``failed.json``. The run key is the resolved config without the
+execution fields (``config.EXECUTION``) and ``data_dir``, the ``tag``, and :func:`training_source_hash`; an entry
+whose key differs is trained again from scratch; one with the same key and no done.json resumes from its last
+checkpoint (bit-identical, ``train(resume=True)``); a done one is never touched. A run that raises is recorded in
+failed.json and the others go on; a run whose loss goes non-finite is done, with ``diverged`` set (an outcome).
+
+Hooks are named by ``tag`` in :data:`HOOKS` ("module:function" -> ``function(seed) -> [hooks]``) so that a pool
+worker (a fresh process) builds the same ones. Every run also carries :class:`MatchedFit`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "fedlab_analysis"
+# the files whose code determines a run's numbers (training_source_hash)
+TRAINING_SOURCES = ("trainers/*.py", "models.py", "params.py", "algos.py", "data/*.py")
+RUNGS = (0.3, 0.1, 0.03, 0.01, 0.003)        # matched-fit ladder of train losses
+HOOKS = {                                     # tag -> "module:function(seed) -> [hooks]"
+    "mnist": "paper_figures.runs:mnist_hooks",
+    "consensus-every-step": "paper_figures.fedals_fig1_consensus:hooks",
+    "consensus-rounds": "paper_figures.fedinit_fig2_consensus:hooks",
+    "consensus": "paper_figures.fedsmoo_table2:consensus_hooks",
+    "drift,sharpness-ascent5": "paper_figures.fedlesam_fig2_drift:hooks",
+}
+# seconds per round of FedAvg with one thread, as a function of the client-steps of a round (n_active x local steps,
+# batch 50) and an evaluation; from the issue's measurement on this machine (MNIST MLP, 100 clients at 10%, batch 50,
+# 5 epochs: ~0.7 s a round) and the digits QUICK runs (~0.1 s); SAM-type methods take two gradients a step
+COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (0.1, 5.0)}
+TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
+HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5": 2.5}
+
+
+def _hash_files(files) -> str:
+    h = hashlib.sha1()
+    for f in sorted(files):
+        h.update(str(f.relative_to(PKG)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def training_source_hash() -> str:
+    """sha1 of the source files that determine training numerics: fedlab_analysis/trainers/*.py, models.py,
+    params.py, algos.py and data/*.py (path and bytes of each). Part of every run key."""
+    return _hash_files({f for pat in TRAINING_SOURCES for f in PKG.glob(pat)})
+
+
+def package_source_hash() -> str:
+    """sha1 of every .py file of the fedlab_analysis package: the key of derived caches (the theory report)."""
+    return _hash_files(PKG.rglob("*.py"))
+
+
+def mnist_hooks(seed: int) -> list:
+    """The hooks of every main-protocol run in the mnist tier, every 5 rounds: the consensus forms (FedSMOO Table
+    2's consistency, FedInit Fig. 2's divergences; ~3 s a call over 100 clients, so not every round), the
+    perturbation drift at local steps 0, 10, ..., 50 and the global sharpness (5 ascent steps), both on 1000
+    training samples (FedLESAM Fig. 2). Measured: about +10-20% on a round."""
+    from fedlab_analysis.probes import consensus, drift, sharpness
+    return [consensus.make_hook(every=5), drift.make_hook(every=5, steps=list(range(0, 60, 10)), samples=1000, seed=0),
+            sharpness.make_hook(every=5, method="ascent", ascent_steps=5, samples=1000)]
+
+
+def hooks_for(tag: str, seed: int) -> list:
+    if not tag:
+        return []
+    if tag not in HOOKS:
+        raise ValueError(f"hooks tag {tag!r} is not registered in paper_figures.runs.HOOKS")
+    mod, fn = HOOKS[tag].split(":")
+    return list(getattr(importlib.import_module(mod), fn)(seed))
+
+
+# ---- tasks: what a run is and where it lives -------------------------------------------------------------
+def key_of(cfg, tag: str) -> dict:
+    from fedlab_analysis import algos
+    from fedlab_analysis.sweep import resolved
+    used = algos.uses(cfg.algo, bool(cfg.ri), cfg)        # a hyper-parameter the algorithm never reads is no part
+    conf = {k: v for k, v in resolved(cfg).items() if k != "data_dir" and (k not in algos.HYPER or k in used)}
+    if conf["algo"] == "fedinit":                       # FedInit is FedAvg + relaxed initialisation (one spec)
+        conf.update(algo="fedavg", ri=True)
+    return {"config": conf, "tag": tag, "source": training_source_hash()}
+
+
+def root(tier: str) -> Path:
+    from paper_figures import common
+    return Path(common._ARGS["out"]) / "runs" / tier
+
+
+def estimate(cfg, tag: str, tier: str) -> float:
+    """Estimated seconds of one run (one thread): rounds x (client-steps x per-step cost x gradients + eval)."""
+    per_step, per_eval = COST.get(tier, COST["quick"])
+    n = max(1, round(cfg.clients * cfg.active_ratio))
+    sizes = 60000 / cfg.clients if cfg.dataset == "mnist" else 1437 / cfg.clients
+    steps = cfg.local_steps or cfg.local_epochs * max(1, round(sizes / cfg.batch_size))
+    grads = 2 if cfg.algo in TWO_GRADS else 1
+    per_round = n * steps * per_step * grads * cfg.batch_size / 50 + per_eval / cfg.eval_every
+    return cfg.rounds * per_round * HOOK_COST.get(tag, 1.0)
+
+
+def tasks(items, tier: str, out_root=None) -> list[dict]:
+    """(overrides, seed, tag) items -> task dicts (config, tag, key, path, est), duplicates dropped, order kept."""
+    from paper_figures import common
+    base, out, seen = Path(out_root) if out_root is not None else root(tier), [], set()
+    for overrides, seed, tag in items:
+        cfg = common.config(overrides, seed, tier)
+        key = key_of(cfg, tag)
+        h = hashlib.sha1(json.dumps([key["config"], tag], sort_keys=True, default=str).encode()).hexdigest()[:10]
+        path = base / f"{key['config']['algo']}-{h}-s{seed}"
+        if str(path) in seen:
+            continue
+        seen.add(str(path))
+        out.append({"config": cfg.to_dict(), "tag": tag, "key": key, "path": str(path), "seed": seed,
+                    "est": estimate(cfg, tag, tier)})
+    return out
+
+
+def status(task: dict) -> str:
+    p = Path(task["path"])
+    if not (p / "key.json").exists() or json.loads((p / "key.json").read_text()) != task["key"]:
+        return "new"
+    return "done" if (p / "done.json").exists() else "failed" if (p / "failed.json").exists() else \
+        "partial" if (p / "run" / "ckpt" / "last.pt").exists() else "new"
+
+
+# ---- matched fit and checkpoint pruning (training hooks) -------------------------------------------------------
+class MatchedFit:
+    """Saves a model-only checkpoint ``matched/loss_<rung>.pt`` (config, model, global, layers, partition; no
+    algorithm or client state) the first time the global model's train loss (metrics.jsonl's ``train_loss``: the
+    fixed eval_train subset, every evaluated round) falls below each rung of :data:`RUNGS`. It costs no evaluation:
+    at round t+1 it reads round t's row and, on a crossing, saves its copy of w^t. The last round is checked by
+    :func:`ensure` after training. Also deletes ckpt/round_*.pt (last.pt, a hard link, keeps the latest state)."""
+
+    def __init__(self, entry: Path):
+        self.entry, self.prev = Path(entry), None
+        (self.entry / "matched").mkdir(parents=True, exist_ok=True)
+
+    def done_rungs(self) -> set:
+        return {float(p.stem.split("_", 1)[1]) for p in (self.entry / "matched").glob("loss_*.pt")}
+
+    def check(self, run, row: dict | None, w, buf, t: int) -> None:
+        from fedlab_analysis import checkpoint
+        from fedlab_analysis.trainers.loop import to_checkpoint
+        loss = (row or {}).get("train_loss")
+        if loss is None or row.get("round") != t or not loss == loss:
+            return
+        new = [r for r in RUNGS if loss < r and r not in self.done_rungs()]
+        if not new:
+            return
+        ck = to_checkpoint(run, row)
+        ck.update(round=t, algo_state={}, clients=None)
+        ck["global"] = {k: v.detach().cpu().clone() for k, v in run.space.unflatten(w).items()}
+        if buf is not None and run.bspace.P:
+            ck["buffers"] = {k: v.detach().cpu().clone() for k, v in run.bspace.unflatten(buf).items()}
+        for r in new:
+            checkpoint.save(ck, self.entry / "matched" / f"loss_{r:g}.pt")
+
+    def __call__(self, event, run, ctx, x):
+        if event != "round":
+            return
+        for f in (self.entry / "run" / "ckpt").glob("round_*.pt"):
+            f.unlink(missing_ok=True)
+        if self.prev is not None:
+            self.check(run, _last_row(self.entry / "run" / "metrics.jsonl"), *self.prev, run.t - 1)
+        self.prev = (run.w.clone(), run.buf.clone() if run.bspace.P else None)   # w^t for the next call
+
+
+def _last_row(path: Path) -> dict | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 65536))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+
+
+# ---- one run -------------------------------------------------------------------------------------------------
+def _write(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def ensure(task: dict) -> dict:
+    """Make the task's run done (train, resume, or nothing); returns {"path", "status", "error"?}. Never raises for
+    a failing run: failed.json records it. Runs in pool workers and in the scripts' own process."""
+    from fedlab_analysis.config import RunConfig
+    from fedlab_analysis.errors import Diverged
+    entry = Path(task["path"])
+    st = status(task)
+    if st == "done":
+        return {"path": str(entry), "status": "done"}
+    t0 = time.perf_counter()
+    try:
+        import torch
+
+        from fedlab_analysis.device import set_threads
+        from fedlab_analysis.trainers.loop import train
+        if st == "new" and entry.exists():
+            shutil.rmtree(entry)                      # a stale key: nothing of it is reused
+        entry.mkdir(parents=True, exist_ok=True)
+        _write(entry / "key.json", task["key"])
+        (entry / "failed.json").unlink(missing_ok=True)
+        resume = (entry / "run" / "ckpt" / "last.pt").exists()
+        cfg = RunConfig.from_dict(task["config"])
+        threads = torch.get_num_threads()
+        set_threads(cfg.threads)
+        fit = MatchedFit(entry)
+        diverged = None
+        try:
+            run = train(cfg, entry / "run", resume=resume, overwrite=not resume,
+                        callbacks=[*hooks_for(task["tag"], cfg.seed), fit])
+            fit.check(run, run.last_row, run.w, run.buf if run.bspace.P else None, run.t)
+        except Diverged as e:
+            diverged = str(e)
+        finally:
+            torch.set_num_threads(threads)
+        for f in (entry / "run" / "ckpt").glob("round_*.pt"):
+            f.unlink(missing_ok=True)
+        _write(entry / "done.json", {"diverged": diverged, "resumed": resume, "seconds": time.perf_counter() - t0})
+        return {"path": str(entry), "status": "done"}
+    except Exception as e:                        # noqa: BLE001  (one failing run is recorded, not fatal)
+        import traceback
+        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        entry.mkdir(parents=True, exist_ok=True)
+        _write(entry / "failed.json", {"error": err, "traceback": traceback.format_exc()})
+        return {"path": str(entry), "status": "failed", "error": err}
+
+
+def result(rec: dict) -> dict:
+    """A done entry as train_seeds returns it (a failed one raises its error)."""
+    from fedlab_analysis import plots
+    from fedlab_analysis.errors import UserError
+    from paper_figures.common import converged
+    entry = Path(rec["path"])
+    if rec["status"] != "done":
+        raise UserError(f"run {entry} failed: {rec.get('error')} (see {entry}/failed.json)")
+    done = json.loads((entry / "done.json").read_text())
+    rows = plots.read_metrics(entry / "run")
+    cfg = json.loads((entry / "run" / "config.json").read_text())
+    acc = [r["test_acc"] for r in rows if "test_acc" in r]
+    matched = {}
+    for p in (entry / "matched").glob("loss_*.pt"):
+        import torch
+        matched[p.stem.split("_", 1)[1]] = {"path": str(p), "round": int(torch.load(p, weights_only=True)["round"])}
+    diverged = done.get("diverged") or next((r["diverged"] for r in rows if r.get("diverged")), None)
+    return {"seed": cfg["seed"], "run_dir": str(entry / "run"), "test_acc": acc[-1] if acc else float("nan"),
+            "rows": rows, "converged": converged(acc), "diverged": diverged, "matched": matched}
+
+
+# ---- the pool ------------------------------------------------------------------------------------------------
+def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: str = "runs") -> list[dict]:
+    """Make every task done, ``workers`` runs side by side (spawned processes, one torch thread each; 1: in this
+    process), in the given order; a tqdm bar weighted by the estimated seconds (so its ETA is meaningful). Returns
+    the records (status done/failed) in completion order."""
+    from tqdm import tqdm
+    pending = [t for t in todo if status(t) != "done"]
+    if not pending:
+        return []
+    bar = tqdm(total=round(sum(t["est"] for t in todo)), initial=round(sum(t["est"] for t in todo if t not in
+               pending)), unit="s", desc=f"{desc}: {len(pending)} runs to train", disable=quiet or not
+               sys.stderr.isatty(), file=sys.stderr)
+    out = []
+
+    def done(task, rec):
+        out.append(rec)
+        bar.update(round(task["est"]))
+        if rec["status"] == "failed":
+            bar.write(f"failed: {rec['path']}: {rec.get('error')}", file=sys.stderr)
+    try:
+        if workers <= 1 or len(pending) == 1:
+            for t in pending:
+                done(t, ensure(t))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(_out_root(),)) as pool:
+                futures = {pool.submit(ensure, t): t for t in pending}
+                try:
+                    for f in as_completed(futures):
+                        t = futures[f]
+                        try:
+                            done(t, f.result())
+                        except Exception as e:          # noqa: BLE001  (the worker process died)
+                            done(t, {"path": t["path"], "status": "failed", "error": f"{type(e).__name__}: {e}"})
+                except KeyboardInterrupt:
+                    pool.shutdown(cancel_futures=True)
+                    raise
+    finally:
+        bar.close()
+    return out
+
+
+def _out_root() -> str:
+    from paper_figures import common
+    return str(common._ARGS["out"])
+
+
+def _init_worker(out: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from paper_figures import common
+    common._ARGS["out"] = Path(out)

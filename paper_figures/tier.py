@@ -1,0 +1,87 @@
+"""Train every run a tier needs, once, in priority order: ``python -m paper_figures.tier --tier mnist [--plan]``.
+
+Each script that trains exposes ``run_list(tier, seeds) -> [(overrides, seed, tag), ...]``; this collects them in
+:data:`ORDER` (each paper's main comparison first, so partial progress still yields whole comparisons), drops the
+runs two scripts share (the same resolved config and tag is one run), and trains the rest through the resumable
+pool of ``--workers`` (paper_figures.runs). ``--plan`` prints the run table and the estimated time and trains
+nothing. Scripts not in ORDER check identities, counts or toy models and train no tier runs (TOY).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from collections import OrderedDict
+
+from paper_figures import common
+from paper_figures import runs as R
+
+ORDER = ("fedsmoo_table2", "fedlesam_fig2_drift", "fedcm_table3_alpha", "fedinit_table6", "fedals_table2",
+         "fedsmoo_fig3_surface", "fedlesam_fig3_surface", "fedlesam_fig4_rho", "fedcm_fedadam_oscillation",
+         "fedcm_dispersion", "fedinit_fig2_consensus", "fedals_fig1_consensus", "fedinit_fig1_sensitivity",
+         "fedsmoo_table8_ablation")
+TOY = ("fedcm_identities", "fedlesam_cost", "fedals_table2_comm", "stability_gap")
+
+
+def collect(tier: str, seeds: int, only=None) -> tuple[list[dict], dict]:
+    """(the union of the scripts' tasks in priority order, {script: [its task paths]})."""
+    tasks, per = OrderedDict(), {}
+    for name in ORDER:
+        if only and name not in only:
+            continue
+        mod = importlib.import_module(f"paper_figures.{name}")
+        ts = R.tasks(mod.run_list(tier, seeds), tier)
+        per[name] = [t["path"] for t in ts]
+        for t in ts:
+            tasks.setdefault(t["path"], t)
+    return list(tasks.values()), per
+
+
+def plan_table(tasks: list[dict], per: dict, workers: int) -> str:
+    """Markdown: script, new runs (not trained for an earlier script), shared runs, estimated minutes."""
+    first, lines = set(), [f"| script | runs | new | shared with earlier | est. minutes (new, 1 thread) | "
+                           f"done after (h, {workers} workers) |", "|---|---|---|---|---|---|"]
+    est, cum = {t["path"]: t["est"] for t in tasks}, 0.0
+    for name, paths in per.items():
+        new = [p for p in paths if p not in first]
+        first.update(paths)
+        cum += sum(est[p] for p in new)
+        lines.append(f"| {name} | {len(paths)} | {len(new)} | {len(paths) - len(new)} | "
+                     f"{sum(est[p] for p in new) / 60:.0f} | {cum / 3600 / workers:.1f} |")
+    total = sum(est.values())
+    for name in TOY:
+        lines.append(f"| {name} | 0 (identity, count or toy: no tier runs) | 0 | 0 | 0 | |")
+    lines.append(f"| **total** | | **{len(tasks)}** | | **{total / 60:.0f}** | **{total / 3600 / workers:.1f}** |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--plan", action="store_true")
+    ap.add_argument("--only", nargs="+", default=None)
+    own, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if "-h" in rest or "--help" in rest:
+        print(__doc__ + "\n--plan: print the run table and the estimated time, train nothing; --only SCRIPT ...: "
+              "only these scripts' runs; and the scripts' flags:")
+    args = common.parse_args(__doc__.split("\n\n")[0], rest)
+    plan, only = own.plan, own.only
+    if only and set(only) - set(ORDER):
+        print(f"error: --only: unknown script {sorted(set(only) - set(ORDER))[0]!r}; choose from "
+              f"{', '.join(ORDER)}", file=sys.stderr)
+        return 2
+    tasks, per = collect(args.tier, args.seeds, only)
+    print(plan_table(tasks, per, args.workers))
+    if plan:
+        left = [t for t in tasks if R.status(t) != "done"]
+        hours = sum(t["est"] for t in left) / 3600 / args.workers
+        print(f"{len(tasks) - len(left)} of {len(tasks)} runs done; {hours:.1f} h left with {args.workers} workers")
+        return 0
+    recs = R.train_pool(tasks, args.workers, quiet=args.quiet, desc=f"tier {args.tier}")
+    bad = [r for r in recs if r["status"] == "failed"]
+    print(f"{len(tasks) - len(bad)} of {len(tasks)} runs done" + (f"; {len(bad)} failed (see their failed.json)"
+                                                                  if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

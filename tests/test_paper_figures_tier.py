@@ -1,0 +1,188 @@
+"""paper_figures/runs.py and tier.py: the shared, resumable run cache of the paper figures (tiny digits runs).
+
+The pool trains and a second call touches nothing; a killed run resumes bit-identically; a change of the training
+source hash (or of the config) trains again; runs two scripts share are one run; the matched-fit checkpoints sit at
+the first evaluated round below each rung; the convergence criterion; the theory report's cache key; every script's
+run list resolves in every tier.
+"""
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from paper_figures import common as C
+from paper_figures import runs as R
+
+TINY = {"algo": "fedavg", "clients": 4, "rounds": 6, "eval_train_samples": 100, "ckpt_every": 2}
+
+
+@pytest.fixture(autouse=True)
+def _own_args(monkeypatch, tmp_path):
+    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+
+
+def _mtimes(root: Path) -> dict:
+    return {str(p): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_pool_trains_and_a_second_call_touches_nothing(tmp_path):
+    tasks = R.tasks([(TINY, 0, ""), (TINY, 1, ""), (TINY, 0, "")], "quick")    # 2 spawned workers: ~20 s idle
+    assert len(tasks) == 2                                       # the same run asked twice is one run
+    recs = R.train_pool(tasks, workers=2, quiet=True)
+    assert sorted(r["status"] for r in recs) == ["done", "done"]
+    before = _mtimes(tmp_path / "out" / "runs" / "quick")
+    assert R.train_pool(tasks, workers=2, quiet=True) == []
+    res = C.train_seeds(TINY, [0, 1], tier="quick")
+    assert _mtimes(tmp_path / "out" / "runs" / "quick") == before
+    assert [r["seed"] for r in res] == [0, 1] and all(r["diverged"] is None for r in res)
+    assert len(res[0]["rows"]) == 6 and res[0]["run_dir"] != res[1]["run_dir"]
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    task = R.tasks([(TINY, 0, "")], "quick")[0]
+
+    def kill(event, run, ctx, x):
+        if event == "round" and run.t == 5:
+            raise KeyboardInterrupt                             # as if the process were killed in round 5
+    monkeypatch.setattr(R, "hooks_for", lambda tag, seed: [kill])
+    with pytest.raises(KeyboardInterrupt):
+        R.ensure(task)
+    entry = Path(task["path"])
+    assert R.status(task) == "partial" and not (entry / "done.json").exists()
+    assert torch.load(entry / "run" / "ckpt" / "last.pt", weights_only=True)["round"] == 4
+    monkeypatch.undo()
+    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+    assert R.ensure(task)["status"] == "done"
+    assert json.loads((entry / "done.json").read_text())["resumed"] is True
+    from fedlab_analysis.trainers.loop import train
+    whole = train(C.config(TINY, 0, "quick"), tmp_path / "whole")
+    got = torch.load(entry / "run" / "ckpt" / "last.pt", weights_only=True)
+    assert got["round"] == 6 and all(torch.equal(got["global"][k], v) for k, v in
+                                     whole.space.unflatten(whole.w).items())
+    rows = [json.loads(s) for s in (entry / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(1, 7))
+    assert not list((entry / "run" / "ckpt").glob("round_*.pt"))  # pruned: last.pt alone holds the state
+
+
+def test_a_changed_training_source_or_config_trains_again(monkeypatch):
+    task = R.tasks([(TINY, 0, "")], "quick")[0]
+    R.ensure(task)
+    assert R.status(task) == "done"
+    monkeypatch.setattr(R, "training_source_hash", lambda: "edited")
+    again = R.tasks([(TINY, 0, "")], "quick")[0]
+    assert again["path"] == task["path"] and R.status(again) == "new"     # same entry, stale key
+    R.ensure(again)
+    assert json.loads((Path(task["path"]) / "key.json").read_text())["source"] == "edited"
+    assert R.status(again) == "done" and R.status(task) == "new"
+    other = R.tasks([({**TINY, "lr": 0.05}, 0, "")], "quick")[0]
+    assert other["path"] != task["path"]
+
+
+def test_source_hash_covers_the_training_files_only():
+    h = R.training_source_hash()
+    assert h == R.training_source_hash() and len(h) == 12
+    files = {str(f.relative_to(R.PKG)) for pat in R.TRAINING_SOURCES for f in R.PKG.glob(pat)}
+    assert "models.py" in files and "trainers/loop.py" in files and "probes/drift.py" not in files
+    assert R.package_source_hash() != h
+
+
+def test_shared_runs_one_key():
+    """FedInit is FedAvg + RI; a hyper-parameter the algorithm never reads is no part of the key."""
+    a = R.tasks([({"algo": "fedinit", "beta": 0.1}, 0, "")], "quick")[0]
+    b = R.tasks([({"algo": "fedavg", "ri": True, "beta": 0.1}, 0, "")], "quick")[0]
+    c = R.tasks([({"algo": "fedavg", "rho": 0.01, "lamb": 0.1}, 0, "")], "quick")[0]
+    d = R.tasks([({"algo": "fedavg"}, 0, "")], "quick")[0]
+    assert a["path"] == b["path"] and c["path"] == d["path"] and a["path"] != d["path"]
+
+
+def test_matched_fit_checkpoints_sit_at_the_first_round_below_each_rung():
+    cfg = {**TINY, "rounds": 8, "eval_every": 1}
+    res = C.train_seeds(cfg, [0, 1], tier="quick")
+    from fedlab_analysis import checkpoint
+    from fedlab_analysis.probes.common import rebuild
+    for r in res:
+        assert r["matched"], "digits FedAvg reaches train loss 0.3 in 8 rounds"
+        for rung, hit in r["matched"].items():
+            first = next(row["round"] for row in r["rows"] if row["train_loss"] < float(rung))
+            assert hit["round"] == first
+            ck = checkpoint.load(hit["path"])
+            b = rebuild(ck, samples=50)
+            assert ck["algo_state"] == {} and ck["clients"] is None and b.theta.numel() > 0
+    m = C.matched_checkpoints(res)
+    assert m["rung"] == min(float(k) for k in set(res[0]["matched"]) & set(res[1]["matched"]))
+    assert len(m["paths"]) == 2 and all(Path(p).exists() for p in m["paths"])
+    assert C.matched_checkpoints([*res, {"matched": {}}])["rung"] is None
+
+
+def test_converged_criterion():
+    rng = np.random.default_rng(0)
+    flat = 0.97 + 0.001 * rng.standard_normal(150)
+    assert C.converged(flat)
+    climbing = np.linspace(0.90, 0.97, 150)                   # +0.47 points per 15 evaluations: still climbing
+    assert not C.converged(climbing)
+    assert not C.converged([*flat[:-1], float("nan")]) and not C.converged(flat[:9])
+    assert C.converged(np.linspace(0.96, 0.97, 150))          # 0.07 points per window: settled
+
+
+@pytest.mark.parametrize("argv,flag", [(["--tier", "bogus"], "--tier"), (["--workers", "0"], "--workers"),
+                                       (["--full", "--tier", "mnist"], "--full"), (["--tier", "full"], "--data-dir"),
+                                       (["--tier", "mnist", "--seeds", "0"], "--seeds")])
+def test_tier_flags_refused_cleanly(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        C.parse_args("x", argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}"), err
+
+
+def test_tier_defaults_and_tier_cli(capsys, tmp_path):
+    a = C.parse_args("x", ["--tier", "mnist", "--out", str(tmp_path)])
+    assert (a.tier, a.seeds, a.workers, a.full) == ("mnist", 5, 2, False)
+    assert C.parse_args("x", ["--out", str(tmp_path)]).seeds == 3
+    from paper_figures import tier
+    assert tier.main(["--only", "nope", "--out", str(tmp_path)]) == 2
+    assert "error: --only" in capsys.readouterr().err
+    assert tier.main(["--tier", "mnist", "--plan", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| fedsmoo_table2 |" in out and "**total**" in out and not (tmp_path / "runs").exists()
+
+
+def test_every_script_run_list_resolves_in_every_tier():
+    from paper_figures import tier
+    for t in ("quick", "mnist"):
+        tasks, per = tier.collect(t, 2)
+        assert set(per) == set(tier.ORDER) and tasks
+        for task in tasks:
+            assert task["config"]["seed"] in (0, 1) and task["est"] > 0
+            assert not task["tag"] or task["tag"] in R.HOOKS
+    for tag in R.HOOKS:                                            # every registered tag builds its hooks
+        assert all(callable(h) for h in R.hooks_for(tag, 0)) and R.hooks_for(tag, 0)
+    mn, _ = tier.collect("mnist", 1)
+    assert all(t["config"]["dataset"] == "mnist" for t in mn)
+    main = [t for t in mn if t["config"]["clients"] == 100]
+    assert main and all(t["tag"] == "mnist" for t in main)        # one hook set: shared across scripts
+
+
+def test_theory_report_recomputed_when_the_package_source_changes(tmp_path, monkeypatch):
+    import subprocess
+    calls = []
+
+    def fake(cmd, **kw):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps([{"id": "x", "claim": "c", "expected": "e", "measured": "m",
+                                                      "verdict": "holds", "where": "Thm 1"}]))
+    monkeypatch.setattr(subprocess, "run", fake)
+    d = tmp_path / "th"
+    C.theory_rows("fedcm", d)
+    C.theory_rows("fedcm", d)
+    assert len(calls) == 1                                         # reused while the key holds
+    monkeypatch.setattr(R, "package_source_hash", lambda: "edited")
+    C.theory_rows("fedcm", d)
+    assert len(calls) == 2                                         # a code change recomputes it
+    os.remove(d / "key.json")
+    C.theory_rows("fedcm", d)
+    assert len(calls) == 3                                         # a report without a key is not trusted
