@@ -176,8 +176,8 @@ class HessianOperator(Operator):
     def _batches(self, data, batch_size):
         if isinstance(data, tuple) and len(data) == 2 and torch.is_tensor(data[0]):
             X, y = data
-            from .common import aligned            # BatchNorm train mode: chunks of whole normalisation groups
-            n = len(y) if batch_size is None else aligned(self.f, batch_size)
+            from .common import chunks             # BatchNorm train mode: whole groups within one client
+            n = [len(y)] if batch_size is None else chunks(self.f, len(y), batch_size)
             data = list(zip(X.split(n), y.split(n)))
         data = [(x.to(self.device, self.dtype if x.is_floating_point() else x.dtype),
                  y.to(self.device, self.dtype if y.is_floating_point() else y.dtype)) for x, y in data]

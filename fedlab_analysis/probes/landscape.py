@@ -219,8 +219,9 @@ def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="au
         batch_points = (max(1, min(32, 512 // N)) if dev.type == "cpu"
                         else max(1, min(64, 2**28 // (first.numel() * first.element_size()))))
     B = max(1, min(int(batch_points), n))
-    from .common import aligned                   # BatchNorm train mode: chunks of whole normalisation groups
-    step = aligned(f, max(1, chunk // B))
+    from .common import chunks                    # BatchNorm train mode: whole groups within one client
+    sizes = chunks(f, N, max(1, chunk // B))
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
     vf = torch.vmap(f, in_dims=(0, None))
     losses = torch.zeros(n, dtype=torch.float64, device=dev)  # sums stay on the device: no sync per batch
     correct = torch.zeros(n, dtype=torch.float64, device=dev)
@@ -228,7 +229,7 @@ def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="au
     with torch.inference_mode(), bar(n, desc, "point") as pb:
         for s in range(0, n, B):
             th = thetas_of(coords[s:s + B])
-            for c in range(0, N, step):
+            for c, step in zip(starts, sizes):
                 xb, yb = X[c:c + step], y[c:c + step]
                 out = f(th[0], xb).unsqueeze(0) if th.shape[0] == 1 else vf(th, xb)
                 losses[s:s + B] += _per_sample(loss, out, yb).sum(1, dtype=torch.float64)

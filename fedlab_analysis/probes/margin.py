@@ -120,10 +120,10 @@ def V_L(spectral, frobenius) -> float:
 @torch.no_grad()
 def margins(f, theta, X, y, batch_size: int = 2048) -> torch.Tensor:
     """f(theta, x)[y] - max_{j != y} f(theta, x)[j] per sample."""
-    from .common import aligned
+    from .common import chunks
     out = []
-    batch_size = aligned(f, batch_size)
-    for x, t in zip(X.split(batch_size), y.split(batch_size)):
+    sizes = chunks(f, len(y), batch_size)
+    for x, t in zip(X.split(sizes), y.split(sizes)):
         z = f(theta, x)
         true = z.gather(1, t[:, None])[:, 0]
         other = z.scatter(1, t[:, None], float("-inf")).max(1).values

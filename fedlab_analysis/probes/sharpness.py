@@ -65,9 +65,9 @@ class DataObjective(Objective):
             raise UserError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable")
         self.f, self.X, self.y, self.n = f, X, y, len(y)
         self.loss = LOSSES[loss] if isinstance(loss, str) else loss
-        from .common import aligned
-        batch_size = aligned(f, batch_size)       # BatchNorm train mode: whole normalisation groups
-        self.chunks = list(zip(X.split(batch_size), y.split(batch_size)))
+        from .common import chunks
+        sizes = chunks(f, len(y), batch_size)     # BatchNorm train mode: whole groups within one client
+        self.chunks = list(zip(X.split(sizes), y.split(sizes)))
         super().__init__(lambda th: sum(self._chunk(th, x, t) for x, t in self.chunks))
 
     def _chunk(self, theta, x, t):
