@@ -15,7 +15,11 @@ Inner maximisers (``method``):
     quadratic   the exact maximiser of the second-order model F(w) + g'd + d'Hd/2 on the ball (trust-region
                 boundary problem: eigen-decomposition + secular equation); exact on quadratics, P <= 4096
 Every method returns F(w + delta) - F(w) at a feasible delta, so every estimate is a lower bound on s(w).
-rho defaults to the training rho (the checkpoint's ``--rho``, 0.1 for non-SAM runs) in the CLI and hook.
+The command line measures at ``--rho`` or at DEFAULT_RHO = 0.05 (SAM's radius in Foret et al. 2021, Sec. 3), the
+same for every algorithm, so that two checkpoints probed with the same flags are measured at the same radius; the
+JSON records where each setting came from (``settings``). ``probe sharpness A B ...`` measures several checkpoints
+at one radius, one start direction and one sample set and prints one comparison table. The training hook uses the
+run's own rho (it watches one run).
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ from ..config import arg_type
 LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
 METHODS = ("one_step", "ascent", "quadratic")
 MAX_QUADRATIC_P = 4096
+DEFAULT_RHO = 0.05          # SAM's radius (Foret et al. 2021, Sec. 3); the same for every algorithm
+DEFAULT_STEPS = 10
 
 
 # ---- objectives: F(theta) as a scalar function of one flat vector -------------------------------------------
@@ -320,9 +326,10 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
 
 # ---- command line ----------------------------------------------------------------------------------------
 def add_arguments(p):
-    p.add_argument("--rho", type=float, default=None, help="radius (default: the checkpoint's training rho)")
+    p.add_argument("--rho", type=float, default=None, help=f"radius of the ball (default: {DEFAULT_RHO}, the same "
+                   "for every algorithm and checkpoint, so that results compare; not the run's training rho)")
     p.add_argument("--method", choices=METHODS, default="ascent", help="inner maximiser")
-    p.add_argument("--steps", type=int, default=None, help="ascent steps m (default: 10)")
+    p.add_argument("--steps", type=int, default=None, help=f"ascent steps m (default: {DEFAULT_STEPS})")
     p.add_argument("--step-size", type=float, default=None, help="ascent step length (default: rho)")
     p.add_argument("--start", choices=("one_step", "random"), default=None,
                    help="ascent start point (default: one_step)")
@@ -341,12 +348,13 @@ def run(args, b):
         refuse(args, ["steps", "step_size", "start"], f"with --method {args.method} (they shape the ascent)")
     if not (args.local or args.at_clients):
         refuse(args, ["weights"], "without --local (they weight the clients of the Jensen gap)")
-    args.steps, args.start = args.steps or 10, args.start or "one_step"
+    settings = _settings(args, b)
+    args.steps, args.start = args.steps or DEFAULT_STEPS, args.start or "one_step"
     args.weights = args.weights or "uniform"
-    rho = training_rho(b.config) if args.rho is None else args.rho
+    rho = DEFAULT_RHO if args.rho is None else args.rho
     kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
     g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
-    out = {"rho": rho, "rho_source": "training" if args.rho is None else "--rho", "global": g,
+    out = {"rho": rho, "rho_source": settings["rho"]["source"], "settings": settings, "global": g,
            "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method,
                        "n_samples": g["n_samples"]}}
     if args.local or args.at_clients:
@@ -364,6 +372,34 @@ def run(args, b):
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
     what = f"sharpness, rho = {rho:g} ({args.method}{f', {args.steps} steps' if args.method == 'ascent' else ''})"
     return out, plot(out, b.title(what)) if args.plot else None
+
+
+def _settings(args, b) -> dict:
+    """Every setting that shapes the number, with its value and where it came from (a flag or the default)."""
+    def one(name, value, default):
+        given = getattr(args, name, None)
+        return {"value": default if given is None else given, "source": "default" if given is None else
+                f"--{name.replace('_', '-')}"}
+    s = {"rho": one("rho", None, DEFAULT_RHO), "method": {"value": args.method, "source": "--method"},
+         "seed": {"value": args.seed, "source": "--seed (default 0)"},
+         "samples": {"value": len(b.y), "source": "--samples" if args.samples is not None else "all of --data"},
+         "training_rho": {"value": b.config.get("rho"), "source": "the run's config (not used)"}}
+    if args.method == "ascent":
+        s.update(steps=one("steps", None, DEFAULT_STEPS), start=one("start", None, "one_step"),
+                 step_size=one("step_size", None, "rho"))
+    return s
+
+
+def compare_table(results: list[dict]) -> str:
+    """One row per checkpoint: algorithm, round, sharpness, loss, gradient norm (the same radius and samples)."""
+    head = f"{'checkpoint':<32} {'algo':<9} {'round':>5} {'rho':>6} {'sharpness':>11} {'loss':>10} {'grad norm':>10}"
+    rows = [head, "-" * len(head)]
+    for r in results:
+        g = r["global"]
+        name = r["checkpoint"] if len(r["checkpoint"]) <= 32 else "..." + r["checkpoint"][-29:]
+        rows.append(f"{name:<32} {r['algo']:<9} {r['round']:>5} {r['rho']:>6g} {g['sharpness']:>11.5g} "
+                    f"{g['loss']:>10.5g} {g['grad_norm']:>10.4g}")
+    return "\n".join(rows)
 
 
 def _client_data(b, data_dir=None):
@@ -394,6 +430,21 @@ def plot(result: dict, title: str | None = None):
         integer_ticks(ax[0, 1].xaxis)
     fig.tight_layout()
     set_title(fig, title)
+    return fig
+
+
+def plot_compare(results: list[dict]):
+    """One bar per checkpoint: the global sharpness at the common radius (labels: algorithm, round)."""
+    from ..plots import figure, title as set_title
+    fig, ax = figure(w=max(4.0, 1.2 * len(results) + 2), h=3.6)
+    labels = [f"{r['algo']}\nround {r['round']}" for r in results]
+    ax[0, 0].bar(range(len(results)), [r["global"]["sharpness"] for r in results], width=0.5)
+    ax[0, 0].set_xticks(range(len(results)), labels)
+    ax[0, 0].set(ylabel="F(w + delta) - F(w)")
+    r0 = results[0]
+    set_title(fig, f"sharpness at rho = {r0['rho']:g} ({r0['global']['method']}), {r0['n_samples']} samples of "
+                   f"{r0['data']} data, the same for every checkpoint")
+    fig.tight_layout()
     return fig
 
 
