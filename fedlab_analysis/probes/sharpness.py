@@ -37,6 +37,8 @@ METHODS = ("one_step", "ascent", "quadratic")
 MAX_QUADRATIC_P = 4096
 DEFAULT_RHO = 0.05          # SAM's radius (Foret et al. 2021, Sec. 3); the same for every algorithm
 DEFAULT_STEPS = 10
+DEFAULT_ADAPTIVE_RHO = 0.5  # ASAM's radius on CIFAR-10 (Kwon et al. 2021); in the coordinates T_w^{-1} eps
+DEFAULT_ETA = 0.01          # ASAM's eta (Kwon et al. 2021)
 
 
 # ---- objectives: F(theta) as a scalar function of one flat vector -------------------------------------------
@@ -333,6 +335,9 @@ def add_arguments(p):
     p.add_argument("--step-size", type=float, default=None, help="ascent step length (default: rho)")
     p.add_argument("--start", choices=("one_step", "random"), default=None,
                    help="ascent start point (default: one_step)")
+    p.add_argument("--starts", type=arg_type(int, lo=1), default=None,
+                   help="with --start random: ascents from this many random points (seeds --seed, --seed + 1, ...); "
+                        "the estimate is their maximum, printed with their mean +- standard error (default: 1)")
     p.add_argument("--local", action="store_true", help="also per-client sharpness and the Jensen gap "
                    "(FedLESAM Eqs. 1-2) at the global model")
     p.add_argument("--at-clients", action="store_true", help="the Jensen gap's Eq. (2) at the clients' last "
@@ -340,23 +345,50 @@ def add_arguments(p):
     p.add_argument("--weights", choices=("uniform", "size"), default=None,
                    help="client weights p_i of --local (default: uniform)")
     p.add_argument("--batch-size", type=arg_type(int, lo=1), default=4096, help="samples per forward pass")
+    p.add_argument("--adaptive", action="store_true", help="also the adaptive sharpness of ASAM (Kwon et al. 2021, "
+                   "T_w = diag(|w| + eta)), invariant to rescalings of the weights, so flatness compares across "
+                   "models whose weights differ in scale")
+    p.add_argument("--adaptive-rho", type=float, default=None,
+                   help=f"radius of --adaptive in ASAM's normalised coordinates (default: {DEFAULT_ADAPTIVE_RHO}, "
+                        "ASAM's CIFAR-10 radius)")
+    p.add_argument("--eta", type=float, default=None, help=f"eta of --adaptive (default: {DEFAULT_ETA}, ASAM's)")
 
 
 def run(args, b):
     from .common import refuse, require_clients
     if args.method != "ascent":
-        refuse(args, ["steps", "step_size", "start"], f"with --method {args.method} (they shape the ascent)")
+        refuse(args, ["steps", "step_size", "start", "starts"], f"with --method {args.method} (they shape the ascent)")
+    if args.start != "random":
+        refuse(args, ["starts"], "without --start random (one_step starts are deterministic)")
     if not (args.local or args.at_clients):
         refuse(args, ["weights"], "without --local (they weight the clients of the Jensen gap)")
+    if not args.adaptive:
+        refuse(args, ["adaptive_rho", "eta"], "without --adaptive (they shape the adaptive sharpness)")
     settings = _settings(args, b)
     args.steps, args.start = args.steps or DEFAULT_STEPS, args.start or "one_step"
     args.weights = args.weights or "uniform"
     rho = DEFAULT_RHO if args.rho is None else args.rho
     kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
     g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
+    if (args.starts or 1) > 1:                     # random starts: the max is the estimate, with their spread
+        runs = [g] + [global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size,
+                                       **{**kw, "seed": args.seed + j}) for j in range(1, args.starts)]
+        vals = torch.tensor([r["sharpness"] for r in runs], dtype=torch.float64)
+        g = {**max(runs, key=lambda r: r["sharpness"]), "starts": {
+            "values": vals.tolist(), "mean": float(vals.mean()), "stderr": float(vals.std() / len(vals) ** 0.5),
+            "n": len(vals), "seeds": list(range(args.seed, args.seed + args.starts))}}
     out = {"rho": rho, "rho_source": settings["rho"]["source"], "settings": settings, "global": g,
            "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method,
                        "n_samples": g["n_samples"]}}
+    if "starts" in g:
+        st = g["starts"]
+        out["summary"].update(sharpness_starts_mean=st["mean"], sharpness_starts_stderr=st["stderr"],
+                              n_starts=st["n"])
+    if args.adaptive:
+        a = adaptive_sharpness(b.f, b.theta, b.X, b.y, settings["adaptive_rho"]["value"], eta=settings["eta"]["value"],
+                               method=args.method, batch_size=args.batch_size, **kw)
+        out["adaptive"] = a
+        out["summary"].update(adaptive_sharpness=a["sharpness"], adaptive_rho=a["rho"], eta=a["eta"])
     if args.local or args.at_clients:
         if b.data != "train":
             raise UserError("--local uses the clients' own data; drop --data (it must be train)")
@@ -384,21 +416,30 @@ def _settings(args, b) -> dict:
          "seed": {"value": args.seed, "source": "--seed (default 0)"},
          "samples": {"value": len(b.y), "source": "--samples" if args.samples is not None else "all of --data"},
          "training_rho": {"value": b.config.get("rho"), "source": "the run's config (not used)"}}
+    if args.adaptive:
+        s.update(adaptive_rho=one("adaptive_rho", None, DEFAULT_ADAPTIVE_RHO), eta=one("eta", None, DEFAULT_ETA))
     if args.method == "ascent":
         s.update(steps=one("steps", None, DEFAULT_STEPS), start=one("start", None, "one_step"),
+                 starts=one("starts", None, 1),
                  step_size=one("step_size", None, "rho"))
     return s
 
 
 def compare_table(results: list[dict]) -> str:
     """One row per checkpoint: algorithm, round, sharpness, loss, gradient norm (the same radius and samples)."""
+    adaptive = all("adaptive" in r for r in results)
     head = f"{'checkpoint':<32} {'algo':<9} {'round':>5} {'rho':>6} {'sharpness':>11} {'loss':>10} {'grad norm':>10}"
+    head += f" {'adaptive':>11}" if adaptive else ""
     rows = [head, "-" * len(head)]
     for r in results:
         g = r["global"]
         name = r["checkpoint"] if len(r["checkpoint"]) <= 32 else "..." + r["checkpoint"][-29:]
         rows.append(f"{name:<32} {r['algo']:<9} {r['round']:>5} {r['rho']:>6g} {g['sharpness']:>11.5g} "
-                    f"{g['loss']:>10.5g} {g['grad_norm']:>10.4g}")
+                    f"{g['loss']:>10.5g} {g['grad_norm']:>10.4g}"
+                    + (f" {r['adaptive']['sharpness']:>11.5g}" if adaptive else ""))
+    if adaptive:
+        a = results[0]["adaptive"]
+        rows.append(f"adaptive: ASAM's sharpness (Kwon et al. 2021) at rho = {a['rho']:g}, eta = {a['eta']:g}")
     return "\n".join(rows)
 
 
