@@ -248,7 +248,8 @@ def _compare(args, entry, device, dtype):
         "the runs' partitions cover different samples, so their sample sets differ; use --data test for one set"]
     out = {"probe": "sharpness", "comparison": True, "checkpoints": [str(p) for p in args.ckpt],
            "rho": results[0]["rho"], "settings": results[0]["settings"], "results": results, "notes": notes,
-           "summary": table + "".join(f"\nnote: {n}" for n in notes)}
+           "summary": {r["checkpoint"]: r["global"]["sharpness"] for r in results},
+           "summary_text": table + "".join(f"\nnote: {n}" for n in notes)}
     return out, plot_compare(results) if args.plot else None
 
 
@@ -280,7 +281,7 @@ def main(argv=None) -> int:
     if args.json == "-":
         print(text)
     else:
-        summary = _summary(result)
+        summary = result.get("summary_text") or _summary(result)      # a table where the probe prints one
         print(json.dumps(summary, default=float) if not isinstance(summary, str) else summary)
         if args.json:
             with open(args.json, "w") as fh:

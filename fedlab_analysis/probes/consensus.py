@@ -335,7 +335,8 @@ def add_arguments(p):
 
 def run(args, bundle):
     r = from_checkpoint(bundle, args.by, args.weights, args.chunk or None)
-    r["summary"] = table(r, args.value)
+    r["summary"] = {form: v["raw"] for form, v in r["forms"].items()}       # numbers, for sweeps and reports
+    r["summary_text"] = table(r, args.value)                                  # what is printed
     return r, plot(r, bundle.title(f"consensus distance per {args.by}, {args.weights} client weights"
                                    ).split("\n")[0]) if args.plot else None
 
