@@ -253,8 +253,18 @@ def _compare(args, entry, device, dtype):
     return out, plot_compare(results) if args.plot else None
 
 
+def _sources(p, args) -> dict:
+    """For every option of the probe: 'flag' where the command line set it, 'default' where it did not (the
+    value actually used is in the result)."""
+    sp = p._subparsers._group_actions[0].choices[args.probe]
+    return {a.dest: ("flag" if getattr(args, a.dest, a.default) != a.default else "default")
+            for a in sp._actions if a.dest not in ("help", "ckpt")}
+
+
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    sources = _sources(p, args)
     entry = _table(args.probe)
     try:
         if entry is None:
@@ -274,6 +284,7 @@ def main(argv=None) -> int:
         else:
             args.ckpt = args.ckpt[0] if isinstance(args.ckpt, list) else args.ckpt
             result, fig, _ = _one(args, args.ckpt, entry, device, dtype)
+        result["setting_sources"] = sources
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

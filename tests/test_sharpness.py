@@ -200,6 +200,7 @@ def test_cli_on_a_checkpoint(tmp_path, tiny_cfg, capsys):
     assert r["rho"] == S.DEFAULT_RHO and r["rho_source"] == "default"
     assert r["settings"]["steps"] == {"value": 3, "source": "--steps"}
     assert r["settings"]["rho"] == {"value": S.DEFAULT_RHO, "source": "default"}
+    assert r["setting_sources"]["rho"] == "default" and r["setting_sources"]["steps"] == "flag"
     assert r["global"]["method"] == "ascent" and len(r["global"]["trace"]) == 4
     assert len(r["jensen"]["local_sharpness"]) == 6 and (tmp_path / "s.png").exists()
     assert probe.main(["sharpness", str(tmp_path / "run"), "--local", "--samples", "10"]) == 2
