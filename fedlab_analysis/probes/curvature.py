@@ -503,6 +503,8 @@ def _run(question, args, bundle):
         if question == "density":
             sigma = f", sigma = {r['sigma']:.2g}" if r.get("sigma") is not None else ""
             what = f"Hessian spectral density{where} (SLQ {r['n_steps']} steps x {r['n_vectors']} vectors{sigma})"
+            if r.get("trace_stderr") is not None:
+                what += f"; tr(H) = {r['trace']:.4g} +- {r['trace_stderr']:.2g}"
         else:
             what = (f"Hessian {'eigenvalues' if question == 'hessian' else 'trace'}{where} "
                     f"({r.get('method', args.method)}, {r['n_products']} HVPs)")
@@ -564,9 +566,9 @@ def _layer_summary(r) -> dict:
         s["eigenvalue"] = 0.0 if z else r["eigenvalue"]
         if z:
             s["eigenvalue_note"] = f"zero within round-off (|{r['eigenvalue']:.2g}| <= {r['zero_tol']:.2g})"
-    if "trace" in r:
+    err = r.get("trace_stderr", r.get("stderr"))
+    if "trace" in r and (err is not None or "n_vectors" not in r):    # SLQ's trace only with its error
         s["trace"] = r["trace"]
-        err = r.get("trace_stderr", r.get("stderr"))
         s["trace_stderr"] = err
     return s
 
