@@ -64,7 +64,9 @@ class Bundle:
                 "data": self.data, "n_samples": int(len(self.y)), "n_available": self.n_available,
                 "n_params": int(self.space.P),
                 "batchnorm": bn, "bn_mode": self.bn_mode if bn else "n/a (no BatchNorm)",
-                "bn_batch": self.bn_batch if bn and self.bn_mode != "eval" else None}
+                "bn_batch": self.bn_batch if bn and self.bn_mode != "eval" else None,
+                **({"bn_groups": f"client by client ({len(self.layout)} clients), groups of bn_batch, a client's "
+                                 "last group short; loss = mean over samples"} if bn and self.layout else {})}
 
     def title(self, what: str) -> str:
         """A figure title naming the run (algorithm, data, round) and the probe's settings ``what``."""

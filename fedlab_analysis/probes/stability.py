@@ -36,10 +36,10 @@ def loss_acc(f, theta, X, y, batch_size: int = 2048) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of f(theta, .) on (X, y)."""
     if len(y) == 0:
         raise UserError("the gap needs at least one sample on each side; check --data / --samples")
-    from .common import aligned
+    from .common import chunks
     loss = correct = 0.0
-    batch_size = aligned(f, batch_size)
-    for x, t in zip(X.split(batch_size), y.split(batch_size)):
+    sizes = chunks(f, len(y), batch_size)         # BatchNorm train mode: whole groups within one client
+    for x, t in zip(X.split(sizes), y.split(sizes)):
         out = f(theta, x)
         loss += float(F.cross_entropy(out, t, reduction="sum"))
         correct += float((out.argmax(1) == t).sum())
