@@ -22,7 +22,8 @@ from .errors import ArgParser, UserError
 from .trainers.loop import train
 
 DEMO = dict(algo="fedavg", dataset="digits", model="mlp", clients=20, partition="dirichlet", dir_alpha=0.3,
-            active_ratio=0.5, batch_size=10, local_epochs=5, lr=0.1, lr_decay=1.0, wd=0.0, rounds=30, seed=0)
+            active_ratio=0.5, batch_size=10, local_epochs=5, lr=0.1, lr_decay=1.0, wd=0.0, rounds=30, seed=0,
+            keep_clients=True)     # the consensus probe and `landscape --plane clients` read the last local models
 PROBE = ["--data", "train", "--samples", "1000", "--seed", "0"]
 
 

@@ -165,3 +165,49 @@ def test_no_probe_changes_the_model_it_is_given(bn_run, tmp_path):
         _table(name)[1](args, b)
         assert all(torch.equal(u, v) for u, v in zip(before, snap())), name
     assert b.model.training
+
+
+# ---- one sample set for every mode; train-mode groups within one client -----------------------------------
+def test_same_samples_and_seed_pick_the_same_samples_in_every_mode(bn_run):
+    from fedlab_analysis import checkpoint
+    from fedlab_analysis.probes.common import rebuild
+    ck = checkpoint.load(bn_run)
+    b = {m: rebuild(ck, samples=40, seed=3, bn_mode=m) for m in ("train", "eval", "recalibrate")}
+    sets = {m: set(x.sample_index.tolist()) for m, x in b.items()}
+    assert len(sets["train"]) == 40 and sets["train"] == sets["eval"] == sets["recalibrate"]
+    assert b["eval"].sample_index.tolist() == sorted(sets["eval"])        # ascending: order-free recalibration
+    assert sum(b["train"].layout) == 40 and b["eval"].layout is None
+    assert set(rebuild(ck, samples=40, seed=4, bn_mode="eval").sample_index.tolist()) != sets["eval"]
+
+
+def test_train_mode_groups_never_cross_a_client(bn_run):
+    """The samples are client by client; the objective equals the by-hand mean over samples of every client's
+    groups of bn_batch (the last one short), and a layout-blind grouping (the old behaviour) differs."""
+    from fedlab_analysis import checkpoint
+    from fedlab_analysis.probes.common import chunks, owners, rebuild
+    from fedlab_analysis.probes.sharpness import DataObjective
+    ck = checkpoint.load(bn_run)
+    b = rebuild(ck, samples=50, seed=0, bn_mode="train", bn_batch=8, dtype=torch.float64)
+    own = owners(ck, 10**5)[b.sample_index]
+    assert (own.diff() >= 0).all() and any(n % 8 for n in b.layout)       # client order, some short last group
+    m = b.model.double().train()
+    for mod in m.modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mod.track_running_stats = False
+    named = b.space.unflatten(b.theta)
+    with torch.no_grad():
+        for n_, p in m.named_parameters():
+            p.copy_(named[n_])
+        want = 0.0
+        for xc, yc in zip(b.X.split(b.layout), b.y.split(b.layout)):
+            for xg, yg in zip(xc.split(8), yc.split(8)):
+                want += float(F.cross_entropy(m(xg), yg, reduction="sum")) / len(b.y)
+        blind = sum(float(F.cross_entropy(m(xg), yg, reduction="sum")) for xg, yg in
+                    zip(b.X.split(8), b.y.split(8))) / len(b.y)
+    got = [DataObjective(b.f, b.X, b.y, batch_size=bs).value(b.theta) for bs in (8, 16, 4096)]
+    assert all(abs(g - want) < 1e-12 for g in got), (got, want)
+    assert abs(blind - want) > 1e-6
+    sizes = chunks(b.f, len(b.y), 16)
+    assert sum(sizes) == 50 and all(s <= 16 for s in sizes)
+    edges = set(torch.tensor(b.layout).cumsum(0).tolist())
+    assert edges <= set(torch.tensor(sizes).cumsum(0).tolist())          # every client boundary is a chunk edge

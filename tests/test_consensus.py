@@ -128,3 +128,41 @@ def test_cli_agrees_with_hook_and_needs_clients(tmp_path, tiny_cfg, capsys):
     capsys.readouterr()
     assert probe.main(["consensus", str(tmp_path / "bare")]) == 2
     assert "--keep-clients true" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5])
+def test_chunked_over_clients_equals_the_whole_table_in_float64(chunk):
+    """Every form from a float32 table read chunk by chunk of clients equals the unchunked float64 result; the
+    selected rows (``rows``) equal the copied sub-table. A float32 accumulation (the deliberately broken
+    reading) would be off by far more than 1e-12 here."""
+    g = torch.Generator().manual_seed(0)
+    space = ParamSpace.from_named([("a.weight", torch.zeros(30, 40)), ("a.bias", torch.zeros(30)),
+                                   ("b.weight", torch.zeros(5, 30))])
+    x = (1e4 + 0.01 * torch.randn(7, space.P, generator=g, dtype=torch.float64)).float()
+    w_new, w_start = x[0].double() + 0.1, x[1].double() - 0.2
+    sel, p = torch.tensor([1, 3, 4, 6]), consensus.client_weights(4, "size", [5, 1, 2, 3])
+    whole = consensus.round_forms(x[sel].double(), w_new, w_start, x.double(), space, p, None, "block")
+    part = consensus.round_forms(x, w_new, w_start, x, space, p, None, "block", rows=sel, chunk=chunk)
+    for form in whole:
+        assert part[form]["raw"] == pytest.approx(whole[form]["raw"], rel=1e-12)
+        for lab, d in whole[form]["layers"].items():
+            assert part[form]["layers"][lab]["raw"] == pytest.approx(d["raw"], rel=1e-12)
+    cd = consensus.fedals_cd(x, space, chunk=chunk)["raw"]
+    assert cd == pytest.approx(consensus.fedals_cd(x.double(), space)["raw"], rel=1e-12)
+    c32 = x.mean(0)
+    broken = float(((x - c32) ** 2).sum(-1).mean())                        # float32 throughout
+    assert abs(broken - cd) > 1e-3 * cd
+
+
+def test_cli_names_every_form_and_prints_per_layer_numbers_without_a_sample_count(tmp_path, tiny_cfg, capsys):
+    train(tiny_cfg(model="mlp", keep_clients=True), tmp_path / "run")
+    assert probe.main(["consensus", str(tmp_path / "run"), "--quiet", "--json", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    r = json.loads((tmp_path / "c.json").read_text())
+    assert "n_samples" not in r and "bn_mode" not in r and "n_samples" not in out
+    for form in r["forms"]:
+        assert consensus.FORMS[form][0] in out and ("_" in form) <= (form not in out)   # not by its key
+    for label, d in r["forms"]["fedals_cd_all_clients"]["layers"].items():
+        assert label in out and f"{d['raw']:.4g}" in out
+    helptext = probe.parser().parse_args.__self__._subparsers._group_actions[0].choices["consensus"].format_help()
+    assert "FedALS consensus distance" in " ".join(helptext.split())

@@ -370,3 +370,60 @@ def test_cli_end_to_end_on_a_checkpoint(tmp_path, capsys):
         assert probe.main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err.lower(), err
+
+
+# ---- zero within round-off; scale-invariant top eigenvalue; SLQ moments with errors -------------------------
+def _psd_with_zeros(dtype, tail=0.0):
+    """A 40 x 40 PSD matrix with 10 zero eigenvalues (lambda_max 10), one of them set to ``tail``."""
+    g = torch.Generator().manual_seed(1)
+    Q = torch.linalg.qr(torch.randn(40, 40, generator=g, dtype=F64))[0]
+    lam = torch.cat([torch.linspace(0.5, 10.0, 30, dtype=F64), torch.zeros(10, dtype=F64)])
+    lam[-1] = tail
+    return MatrixOperator(((Q * lam) @ Q.T).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_round_off_zeros_are_reported_as_zero_and_a_real_negative_one_is_not(dtype):
+    op = _psd_with_zeros(dtype)
+    r = top_eigenvalues(op, 1, "SA", tol=1e-8, max_iter=40)
+    assert r["zero_within_round_off"] == [True] and abs(r["eigenvalues"][0]) <= r["zero_tol"]
+    assert r["zero_tol"] == pytest.approx(100 * torch.finfo(dtype).eps * 10.0, rel=1e-3)
+    neg = top_eigenvalues(_psd_with_zeros(dtype, tail=-1e-3), 1, "SA", tol=1e-8, max_iter=40)  # broken input
+    assert neg["zero_within_round_off"] == [False] and neg["eigenvalues"][0] == pytest.approx(-1e-3, rel=1e-2)
+    assert C._summary("hessian", {**r, "n_products": 1})["eigenvalues"] == [0.0]
+
+
+def test_normalised_top_eigenvalue_is_exact_and_invariant_to_relu_rescaling():
+    """lambda_max(T H T), T = |w| (eta 0), against numpy; and unchanged when a ReLU layer is scaled by c and the
+    next by 1/c, while the raw lambda_max changes."""
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.randn(40, 4, generator=g, dtype=F64), torch.randint(0, 3, (40,), generator=g)
+    out = {}
+    for c in (1.0, 3.0):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3)).to(F64)
+        with torch.no_grad():
+            model[0].weight.mul_(c), model[0].bias.mul_(c), model[2].weight.div_(c)
+        space = ParamSpace.of_model(model)
+        theta = space.flatten(dict(model.named_parameters())).detach()
+        f = functional(model, space)
+        op = HessianOperator(f, theta, (X, y))
+        H = torch.func.hessian(lambda th: nn.functional.cross_entropy(f(th, X), y))(theta)
+        raw = top_eigenvalues(op, 1, tol=1e-10, max_iter=space.P)["eigenvalues"][0]
+        r = C.normalised_top_eigenvalue(op, theta, eta=0.0, tol=1e-10, max_iter=space.P)
+        T = theta.abs()
+        assert r["eigenvalue"] == pytest.approx(float(np.linalg.eigvalsh((T[:, None] * H * T).numpy())[-1]), rel=1e-8)
+        out[c] = (raw, r["eigenvalue"])
+    assert abs(out[3.0][0] - out[1.0][0]) > 0.1 * out[1.0][0]          # raw lambda_max is not scale-invariant
+    assert out[3.0][1] == pytest.approx(out[1.0][1], rel=1e-8)
+
+
+def test_slq_moments_carry_standard_errors(mlp):
+    op, H = _op(mlp), mlp.H
+    r = density(op, n_steps=op.dim, n_vectors=6, seed=0)
+    exact = float(torch.trace(H @ H))
+    m = r["moments"]["trace_H2"]
+    assert m["n"] == 6 and m["stderr"] > 0 and abs(m["mean"] - exact) < 5 * m["stderr"]
+    assert r["moments"]["trace"]["mean"] == pytest.approx(r["trace"])
+    one = C._summary("density", density(op, n_steps=10, n_vectors=1))
+    assert isinstance(one["trace"], str) and "trace_stderr" not in one       # no error, no number

@@ -365,3 +365,63 @@ def test_cli_bad_input_is_one_line_exit_2(run_dir, tmp_path, capsys, target, fla
     code, _ = probe(run_dir / target, *flags, tmp_path=tmp_path)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+# ---- landscapes as data: saved directions, Li et al.'s HDF5 layout, round levels --------------------------
+def test_saved_directions_give_identical_planes_for_two_checkpoints(run_dir, tmp_path, capsys):
+    """Round 4 saves its plane; round 2 draws the same one (same vectors, not redrawn for its own weights); the
+    surface equals surface() with the loaded vectors at round 2's model; another model's file is refused."""
+    from fedlab_analysis import checkpoint, train
+    from fedlab_analysis.probes.common import rebuild
+    dirs = tmp_path / "dirs.pt"
+    code, r4 = probe(run_dir, "--grid", "3", "--save-directions", str(dirs), tmp_path=tmp_path)
+    assert code == 0 and dirs.exists()
+    r2_path = run_dir / "ckpt" / "round_0002.pt"
+    code, r2 = probe(r2_path, "--grid", "3", "--directions", str(dirs), tmp_path=tmp_path)
+    assert code == 0 and r2["plane"] == "file" and r2["directions_meta"]["seed"] == 0
+    d1, d2, _ = L.load_directions(dirs, rebuild(checkpoint.load(run_dir), samples=120, dtype=D), "weights")
+    ref = L.plane_random(ParamSpace.from_table(checkpoint.load(run_dir)["layers"]),
+                         rebuild(checkpoint.load(run_dir), dtype=D).theta, 0)
+    assert torch.equal(d1, ref[0].cpu()) and torch.equal(d2, ref[1].cpu())
+    assert (r2["d1_norm"], r2["d2_norm"], r2["cos_d1_d2"]) == (r4["d1_norm"], r4["d2_norm"], r4["cos_d1_d2"])
+    b2 = rebuild(checkpoint.load(r2_path), samples=120, dtype=D)
+    want = L.surface(b2.f, b2.theta, d1.to(D), d2.to(D), (b2.X, b2.y), grid=3)
+    assert np.array_equal(np.array(want["loss"]), np.array(r2["loss"]))
+    redrawn = probe(r2_path, "--grid", "3", tmp_path=tmp_path)[1]           # a fresh draw is another plane
+    assert redrawn["d1_norm"] != r2["d1_norm"]
+    other = tmp_path / "mlp"
+    assert train.main(["--algo", "fedavg", "--dataset", "digits", "--model", "mlp", "--clients", "4", "--rounds",
+                       "1", "--local-steps", "1", "--out", str(other), "--quiet"]) == 0
+    capsys.readouterr()
+    assert probe(other, "--grid", "3", "--directions", str(dirs), tmp_path=tmp_path)[0] == 2
+    assert "another model" in capsys.readouterr().err
+    assert probe(run_dir, "--plane", "hessian", "--directions", str(dirs), tmp_path=tmp_path)[0] == 2
+
+
+def test_h5_file_is_li_et_al_layout_and_matches_the_json(run_dir, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    code, r = probe(run_dir, "--grid", "5", "--range-y", "-0.5:0.5", "--h5", str(tmp_path / "s.h5"),
+                    tmp_path=tmp_path)
+    assert code == 0
+    with h5py.File(tmp_path / "s.h5", "r") as fh:
+        x, y = fh["xcoordinates"][:], fh["ycoordinates"][:]
+        loss, acc = fh["train_loss"][:], fh["train_acc"][:]
+        assert set(fh) == {"xcoordinates", "ycoordinates", "train_loss", "train_acc"}
+    assert x.tolist() == r["a"] and y.tolist() == r["b"] and y.max() == 0.5
+    assert loss.shape == (len(y), len(x))                          # [y, x]: Li et al.'s meshgrid(x, y) reading
+    for i in range(len(x)):
+        for j in range(len(y)):
+            assert loss[j, i] == r["loss"][i][j] and acc[j, i] == pytest.approx(100 * r["acc"][i][j], abs=1e-12)
+
+
+def test_contour_levels_are_round_numbers():
+    """1-2-5 (or 1-9) per decade on a log scale, MaxNLocator steps on a linear one: never 0.0676, 0.122."""
+    for Z, log in ((np.geomspace(0.05, 3.0, 50).reshape(5, 10), True), (np.linspace(0.31, 0.97, 40), False),
+                   (np.geomspace(0.6, 1.7, 30), True)):
+        lv, is_log = L.nice_levels(Z, log=log)
+        assert is_log == log and len(lv) >= 3
+        for v in lv:
+            e = np.floor(np.log10(v)) - (0 if log else 1)
+            assert abs(v / 10 ** e - round(v / 10 ** e)) < 1e-9, v    # one or two significant digits
+    geom = np.geomspace(0.05, 3.0, 14)[1:-1]                          # the old levels: not round
+    assert any(abs(v / 10 ** np.floor(np.log10(v)) - round(v / 10 ** np.floor(np.log10(v)))) > 1e-3 for v in geom)

@@ -140,3 +140,61 @@ def test_help_prints_each_default_once():
         for chunk in flat.split(" --"):
             assert chunk.count("(default:") <= 1, chunk
     assert "cost:" in p._subparsers._group_actions[0].choices["stability"].format_help()
+
+
+REFUSED_NEW = [("sharpness", ["--starts", "3"], "--starts"), ("sharpness", ["--eta", "0.1"], "--eta"),
+               ("hessian", ["--per-layer", "--normalised", "on"], "--normalised"),
+               ("hessian", ["--which", "SA", "--eta", "0.1"], "--eta"),
+               ("landscape", ["--directions", "x.pt", "--plane", "hessian"], "--directions"),
+               ("landscape", ["--other", "x.pt", "--h5", "s.h5"], "--h5")]
+
+
+@pytest.mark.parametrize("name, flags, needle", REFUSED_NEW)
+def test_new_flags_that_cannot_act_are_refused(run_dir, tmp_path, capsys, name, flags, needle):
+    js = tmp_path / "r.json"
+    assert probe.main([name, str(run_dir), "--samples", "20", "--json", str(js), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and needle in err and not js.exists()
+
+
+def test_probe_help_has_one_line_per_probe_and_each_subcommand_a_paragraph(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    text = probe.parser().format_help()
+    lines = text.splitlines()
+    for name in probe.MODULES:
+        row = [line for line in lines if line.startswith("    ") and line.split()[:1] == [name]]
+        assert len(row) == 1 and probe.HELP[name] in row[0], name        # name and its line, side by side
+        assert f"{name} probe" not in text
+    sub = probe.parser()._subparsers._group_actions[0].choices
+    for name in probe.MODULES:
+        flat = " ".join(sub[name].format_help().split())
+        assert " ".join(probe.DESCRIBE[name].split()) in flat and "cost:" in flat, name
+        assert len(probe.DESCRIBE[name]) > 150                              # a paragraph, not a label
+
+
+def test_a_folder_of_runs_is_named_as_such(run_dir, tmp_path, capsys):
+    import shutil
+    (tmp_path / "runs").mkdir()
+    shutil.copytree(run_dir, tmp_path / "runs" / "a")
+    shutil.copytree(run_dir, tmp_path / "runs" / "b")
+    assert probe.main(["hessian", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder of runs; name one of:" in err and "runs/a" in err and "runs/b" in err
+    assert "truncated" not in err
+
+
+def test_every_stochastic_estimate_is_printed_with_its_standard_error_and_count(run_dir, tmp_path, capsys):
+    runs = {"trace": ["--products", "12"], "density": ["--steps", "6", "--vectors", "3"],
+            "sharpness": ["--start", "random", "--starts", "3", "--steps", "2"],
+            "stability": ["--rounds", "1", "--pairs", "2", "--pool", "30"]}
+    want = {"trace": ("stderr", "n_probes"), "density": ("trace_stderr", "n_vectors"),
+            "sharpness": ("sharpness_starts_stderr", "n_starts"), "stability": ("delta_T_stderr", "pairs")}
+    for name, flags in runs.items():
+        samples = [] if name == "stability" else ["--samples", "40"]
+        assert probe.main([name, str(run_dir), *samples, "--quiet", *flags]) == 0
+        s = json.loads(capsys.readouterr().out)
+        se, n = want[name]
+        assert isinstance(s[se], float) and s[se] >= 0 and s[n] >= 2, (name, s)
+    assert probe.main(["density", str(run_dir), "--samples", "40", "--steps", "6", "--vectors", "1", "--quiet"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert "trace_stderr" not in s and not isinstance(s["trace"], float)      # no error bar, no number

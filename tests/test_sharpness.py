@@ -197,7 +197,10 @@ def test_cli_on_a_checkpoint(tmp_path, tiny_cfg, capsys):
     assert probe.main(["sharpness", str(tmp_path / "run"), "--steps", "3", "--local", "--json", str(out),
                        "--plot", str(tmp_path / "s.png")]) == 0
     r = json.loads(out.read_text())
-    assert r["rho"] == 0.05 and r["rho_source"] == "training"
+    assert r["rho"] == S.DEFAULT_RHO and r["rho_source"] == "default"
+    assert r["settings"]["steps"] == {"value": 3, "source": "--steps"}
+    assert r["settings"]["rho"] == {"value": S.DEFAULT_RHO, "source": "default"}
+    assert r["setting_sources"]["rho"] == "default" and r["setting_sources"]["steps"] == "flag"
     assert r["global"]["method"] == "ascent" and len(r["global"]["trace"]) == 4
     assert len(r["jensen"]["local_sharpness"]) == 6 and (tmp_path / "s.png").exists()
     assert probe.main(["sharpness", str(tmp_path / "run"), "--local", "--samples", "10"]) == 2
@@ -205,3 +208,36 @@ def test_cli_on_a_checkpoint(tmp_path, tiny_cfg, capsys):
     train(tiny_cfg(algo="fedsam", rounds=1, keep_clients=False), tmp_path / "nokeep")
     assert probe.main(["sharpness", str(tmp_path / "nokeep"), "--at-clients"]) == 2
     assert "--keep-clients true" in capsys.readouterr().err
+
+
+def test_two_algorithms_are_measured_at_one_radius_and_compared_in_one_table(tmp_path, tiny_cfg, capsys):
+    """FedAvg (no rho) and FedSAM trained at rho 0.2: default flags measure both at DEFAULT_RHO (the old default,
+    each run's training rho, measured them at 0.1 and 0.2), with the same samples and random start, in one table;
+    --adaptive adds ASAM's column; --starts gives mean +- standard error over random starts."""
+    from fedlab_analysis import probe
+    from fedlab_analysis.trainers.loop import train
+    train(tiny_cfg(rounds=1), tmp_path / "avg")
+    train(tiny_cfg(algo="fedsam", rho=0.2, rounds=1), tmp_path / "sam")
+    out = tmp_path / "c.json"
+    argv = ["sharpness", str(tmp_path / "avg"), str(tmp_path / "sam"), "--samples", "50", "--steps", "2",
+            "--start", "random", "--starts", "3", "--adaptive", "--quiet", "--json", str(out)]
+    assert probe.main(argv + ["--plot", str(tmp_path / "c.png")]) == 0
+    table = capsys.readouterr().out
+    r = json.loads(out.read_text())
+    assert [x["rho"] for x in r["results"]] == [S.DEFAULT_RHO] * 2 and r["settings"]["rho"]["source"] == "default"
+    assert [x["algo"] for x in r["results"]] == ["fedavg", "fedsam"]
+    assert all(x["same_samples_as_first"] for x in r["results"]) and not r["notes"]
+    assert [x["settings"]["training_rho"]["value"] for x in r["results"]][1] == 0.2
+    for x in r["results"]:
+        st = x["global"]["starts"]
+        assert st["n"] == 3 and st["stderr"] >= 0 and x["global"]["sharpness"] == max(st["values"])
+        assert f"{x['global']['sharpness']:.5g}" in table and f"{x['adaptive']['sharpness']:.5g}" in table
+        assert x["adaptive"]["rho"] == S.DEFAULT_ADAPTIVE_RHO and x["adaptive"]["eta"] == S.DEFAULT_ETA
+    assert "adaptive" in table and (tmp_path / "c.png").exists()
+    one = json.loads(out.read_text())["results"][0]
+    assert probe.main(["sharpness", str(tmp_path / "avg"), "--samples", "50", "--steps", "2", "--start", "random",
+                       "--starts", "3", "--adaptive", "--quiet", "--json", str(out)]) == 0
+    alone = json.loads(out.read_text())
+    assert alone["global"]["sharpness"] == one["global"]["sharpness"]        # same samples and starts alone
+    assert probe.main(["sharpness", str(tmp_path / "avg"), "--eta", "0.1"]) == 2
+    assert "--adaptive" in capsys.readouterr().err

@@ -5,15 +5,22 @@ function ``f(theta, x)`` of a flat vector, the global parameters, the evaluation
 local models when the run kept them. The caller's tensors are never changed by a probe.
 
 BatchNorm (``bn_mode``; models without BatchNorm give the same numbers in every mode):
-  * ``train`` (default): each batch of ``bn_batch`` samples (default: the run's training batch size) is
-    normalised by its own statistics, as in the clients' local steps, and the probed loss is the mean over these
-    batches. This is the objective the clients optimised. For ``--data train`` the samples are ordered client by
-    client, so a batch holds one client's data, as in training. No running statistic is read or written.
+  * ``train`` (default): each group of ``bn_batch`` samples (default: the run's training batch size) is
+    normalised by its own statistics, as in the clients' local steps. For ``--data train`` the samples are ordered
+    client by client and every client's samples are cut into groups of their own (``Bundle.layout``), so a group
+    never holds two clients' data, as a local step never does; a client's last group is short when its count is
+    not a multiple of ``bn_batch`` and is normalised by the statistics of those few samples. The probed loss is the
+    mean over SAMPLES (every sample weighs 1/N, whatever the size of its group), not a mean over groups. This is
+    the objective the clients optimised. No running statistic is read or written.
   * ``eval``: the running statistics in the checkpoint (the server's average of the clients' statistics), as at
     test time. This is the deployed model, but not the function that training minimised.
   * ``recalibrate``: running statistics recomputed once at theta on the probe's data (cumulative average over
     batches of ``bn_batch``, as ``torch.optim.swa_utils.update_bn`` and loss-landscape studies do), then held
-    fixed as in eval mode.
+    fixed as in eval mode. The samples are passed in ascending dataset order, so the statistics depend on the
+    sample set and ``bn_batch`` only, not on the order in which ``--samples`` drew them.
+
+Samples: ``--samples N --seed S`` draws the same N samples in every mode (from the union of the clients' data in
+ascending dataset order); train mode only reorders them client by client.
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ class Bundle:
     bn_mode: str = "eval"
     bn_batch: int | None = None
     n_available: int | None = None       # samples of --data before --samples drew a subset
+    layout: list[int] | None = None      # train-mode BatchNorm: consecutive samples of one client each
+    sample_index: torch.Tensor | None = None   # the dataset indices of X (train split) in X's order
 
     def describe(self) -> dict:
         c = self.config
@@ -56,7 +65,9 @@ class Bundle:
                 "data": self.data, "n_samples": int(len(self.y)), "n_available": self.n_available,
                 "n_params": int(self.space.P),
                 "batchnorm": bn, "bn_mode": self.bn_mode if bn else "n/a (no BatchNorm)",
-                "bn_batch": self.bn_batch if bn and self.bn_mode != "eval" else None}
+                "bn_batch": self.bn_batch if bn and self.bn_mode != "eval" else None,
+                **({"bn_groups": f"client by client ({len(self.layout)} clients), groups of bn_batch, a client's "
+                                 "last group short; loss = mean over samples"} if bn and self.layout else {})}
 
     def title(self, what: str) -> str:
         """A figure title naming the run (algorithm, data, round) and the probe's settings ``what``."""
@@ -75,13 +86,16 @@ def has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
-def functional(model: nn.Module, space: ParamSpace, bn_mode: str = "eval", bn_batch: int | None = None):
+def functional(model: nn.Module, space: ParamSpace, bn_mode: str = "eval", bn_batch: int | None = None,
+               layout: list[int] | None = None):
     """A pure ``f(theta, x) -> logits`` of a private copy of ``model`` (``model`` itself is never used again, so
     neither its mode nor its buffers matter afterwards; f never writes a buffer, so it is safe under vmap).
 
     ``bn_mode='train'``: BatchNorm normalises each consecutive group of ``bn_batch`` rows of x by the group's own
-    statistics (one group when ``bn_batch`` is None); ``f.group`` is that size, and the probes cut their data into
-    chunks that are multiples of it (:func:`aligned`), so the objective does not depend on a memory chunk size.
+    statistics (one group when ``bn_batch`` is None). ``layout`` (the clients' sample counts, in order): on the
+    whole data (len(x) == sum(layout)) each client's rows are grouped on their own, the last group of a client
+    short. ``f.group`` and ``f.layout`` are kept on f; the probes cut their data with :func:`chunks`, whose pieces
+    never cross a client and are whole groups, so the objective does not depend on a memory chunk size.
     'eval' / 'recalibrate': the copy's running statistics, read only."""
     if bn_mode not in BN_MODES:
         raise UserError(f"--bn-mode: unknown {bn_mode!r}; use one of {', '.join(BN_MODES)}")
@@ -94,20 +108,37 @@ def functional(model: nn.Module, space: ParamSpace, bn_mode: str = "eval", bn_ba
     bufs = {n: b.detach() for n, b in m.named_buffers()}
     group = int(bn_batch) if train and bn_batch else None
 
+    layout = [int(n) for n in layout] if train and layout else None
+
     def f(th: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         named = {**space.unflatten(th), **bufs}
-        if group is None or len(x) <= group:
+        if not train:
             return torch.func.functional_call(m, named, (x,))
-        return torch.cat([torch.func.functional_call(m, named, (xg,)) for xg in x.split(group)])
+        parts = x.split(layout) if layout and len(x) == sum(layout) and len(layout) > 1 else (x,)
+        return torch.cat([torch.func.functional_call(m, named, (xg,))
+                          for xp in parts for xg in (xp.split(group) if group else (xp,))])
     f.group = group or 1
+    f.layout = layout
     f.bn_mode = bn_mode if has_batchnorm(m) else None
     return f
 
 
 def aligned(f, n: int) -> int:
-    """A chunk size near ``n`` that is a multiple of ``f``'s BatchNorm group (train mode), else ``n``."""
+    """A chunk size near ``n`` that is a multiple of ``f``'s BatchNorm group (train mode), else ``n``. Pieces of
+    this size can still cross a client boundary of ``f.layout``: cut the data with :func:`chunks`."""
     g = getattr(f, "group", 1)
     return max(g, int(n) // g * g)
+
+
+def chunks(f, N: int, n: int) -> list[int]:
+    """Sizes (summing to N) of memory chunks of about ``n`` samples that ``f`` evaluates exactly as it does the
+    whole data: each a multiple of f's BatchNorm group within one client of ``f.layout`` (train mode), plus the
+    client's short last group. ``X.split(chunks(f, len(X), n))``."""
+    size, out = aligned(f, n), []
+    layout = getattr(f, "layout", None)
+    for seg in (layout if layout and sum(layout) == N else [N]):
+        out += [min(size, seg - s) for s in range(0, seg, size)]
+    return out
 
 
 @torch.no_grad()
@@ -128,28 +159,57 @@ def recalibrate(model: nn.Module, space: ParamSpace, theta: torch.Tensor, X: tor
     return m.eval()
 
 
+def owners(ckpt: dict, n_train: int) -> torch.Tensor:
+    """For every training sample, the first client whose partition holds it (-1: none)."""
+    owner = torch.full((n_train,), -1, dtype=torch.long)
+    for i in reversed(range(len(ckpt["partition"]["indices"]))):
+        owner[torch.as_tensor(ckpt["partition"]["indices"][i], dtype=torch.long)] = i
+    return owner
+
+
 def select_data(ds, ckpt: dict, data: str, by_client: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The evaluation set; ``by_client``: the union of the clients' data client by client (each sample once)."""
+    """(X, y) of every sample of ``data`` (:func:`pick_samples` without a subset)."""
+    return pick_samples(ds, ckpt, data, by_client=by_client)[:2]
+
+
+def pick_samples(ds, ckpt: dict, data: str, samples: int | None = None, seed: int = 0,
+                 by_client: bool = False) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None,
+                                                   list[int] | None]:
+    """(X, y, n_available, dataset indices, layout) of the probe's samples.
+
+    The candidates are in ascending dataset order (train: the union of the clients' data, each sample once); with
+    ``samples`` a seeded subset is drawn from them and put back in ascending order, so the same ``samples`` and
+    ``seed`` give the same samples whatever the BatchNorm mode. ``by_client`` (train-mode BatchNorm on --data
+    train) reorders them client by client (a sample held by several clients counts for the first) and returns
+    the clients' counts as ``layout``."""
     idx = ckpt["partition"]["indices"]
     if data == "train":
-        ix = torch.cat([torch.as_tensor(i) for i in idx])
-        if by_client:
-            first = torch.full((len(ds.y_train),), len(ix))
-            first.scatter_reduce_(0, ix, torch.arange(len(ix)), "amin")
-            ix = ix[first[ix] == torch.arange(len(ix))]
-        else:
-            ix = ix.unique()
-        return ds.x_train[ix], ds.y_train[ix]
-    if data == "test":
-        return ds.x_test, ds.y_test
-    if data.startswith("client:"):
+        ix, x_all, y_all = torch.cat([torch.as_tensor(i, dtype=torch.long) for i in idx]).unique(), ds.x_train, \
+            ds.y_train
+    elif data == "test":
+        ix, x_all, y_all = torch.arange(len(ds.y_test)), ds.x_test, ds.y_test
+    elif data.startswith("client:"):
         try:
             i = int(data.split(":", 1)[1])
-            ix = torch.as_tensor(idx[i])
+            ix = torch.as_tensor(idx[i], dtype=torch.long).sort().values
         except (ValueError, IndexError):
             raise UserError(f"--data: {data!r} names no client; clients are 0..{len(idx) - 1}") from None
-        return ds.x_train[ix], ds.y_train[ix]
-    raise UserError(f"--data: unknown {data!r}; use train, test or client:I")
+        x_all, y_all = ds.x_train, ds.y_train
+    else:
+        raise UserError(f"--data: unknown {data!r}; use train, test or client:I")
+    n_available = len(ix)
+    if samples is not None and samples < len(ix):
+        if samples <= 0:
+            raise UserError(f"--samples must be > 0 (got {samples})")
+        pick = torch.randperm(len(ix), generator=torch.Generator().manual_seed(seed))[:samples]
+        ix = ix[pick.sort().values]
+    layout = None
+    if by_client and data == "train":
+        own = owners(ckpt, len(y_all))[ix]
+        order = torch.argsort(own, stable=True)
+        ix = ix[order]
+        layout = [int(c) for c in torch.bincount(own[order]) if c > 0]
+    return x_all[ix], y_all[ix], n_available, (ix if data != "test" else None), layout
 
 
 def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: int = 0,
@@ -174,24 +234,16 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
     theta = space.flatten(ckpt["global"]).to(device=device, dtype=dtype)
     bn = has_batchnorm(model)
     bn_batch = int(bn_batch or cfg.get("batch_size") or 32)
-    X, y = select_data(ds, ckpt, data, by_client=bn and bn_mode == "train")
-    n_available = len(y)
-    if samples is not None and samples < len(y):
-        if samples <= 0:
-            raise UserError(f"--samples must be > 0 (got {samples})")
-        g = torch.Generator().manual_seed(seed)
-        ix = torch.randperm(len(y), generator=g)[:samples]
-        if bn and bn_mode == "train":
-            ix = ix.sort().values            # keep the client order, so a BatchNorm batch stays within a client
-        X, y = X[ix], y[ix]
+    X, y, n_available, sample_index, layout = pick_samples(ds, ckpt, data, samples, seed,
+                                                          by_client=bn and bn_mode == "train")
     X, y = X.to(device=device, dtype=dtype), y.to(device)
     if bn and bn_mode == "recalibrate":
         model = recalibrate(model, space, theta, X, bn_batch)
-    f = functional(model, space, bn_mode, bn_batch)
+    f = functional(model, space, bn_mode, bn_batch, layout)
     cl = ckpt.get("clients")
     clients = cl["models"].to(device=device, dtype=dtype) if cl else None
     return Bundle(cfg, model, space, theta, f, X, y, clients, cl["ids"] if cl else None, ckpt, data, bn_mode,
-                  bn_batch, n_available)
+                  bn_batch, n_available, layout, sample_index)
 
 
 def require_clients(b: Bundle, what: str) -> torch.Tensor:
@@ -228,9 +280,8 @@ def full_gradient(f, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, loss
     theta = theta.detach().requires_grad_(True)
     g = torch.zeros_like(theta)
     N = len(y)
-    batch_size = aligned(f, batch_size)
-    for s in range(0, N, batch_size):
-        xb, yb = X[s:s + batch_size], y[s:s + batch_size]
+    sizes = chunks(f, N, batch_size)
+    for xb, yb in zip(X.split(sizes), y.split(sizes)):
         g += torch.autograd.grad(loss(f(theta, xb), yb) * (len(yb) / N), theta)[0]
     return g
 

@@ -74,11 +74,34 @@ def per_layer(f, theta, data, space: ParamSpace, *, by: str = "block", k: int = 
         tr = trace(op, min(trace_products, op.dim), method=trace_method, seed=seed)
         rows[label] = {"spec": spec, "dim": op.dim, "which": which, "method": method,
                        "eigenvalue": top["eigenvalues"][0], "eigenvalues": top["eigenvalues"],
+                       "zero_tol": top["zero_tol"], "zero_within_round_off": top["zero_within_round_off"],
                        "residuals": top["residuals"], "converged": top["converged"], "trace": tr["trace"],
                        "trace_stderr": tr["stderr"], "n_products": op.n_products, "seconds": op.seconds}
         if which == "LA":
             rows[label]["top_eigenvalue"] = top["eigenvalues"][0]
     return rows
+
+
+# ---- scale-invariant curvature ------------------------------------------------------------------------
+def normalised_top_eigenvalue(op, theta: torch.Tensor, eta: float = 0.01, **kw) -> dict:
+    """lambda_max(T H T), T = diag(|w| + eta) on the operator's coordinates: the top eigenvalue of the Hessian in
+    ASAM's scale-invariant coordinates (Kwon et al. 2021, Sec. 3, normalisation operator T_w with eta), which a
+    layer-wise rescaling of a ReLU network's weights leaves (for eta -> 0) unchanged, unlike the raw lambda_max.
+    To second order the adaptive sharpness at radius rho is rho^2 / 2 times it at a minimum. ``kw`` go to
+    top_eigenvalues."""
+    from .hvp import ScaledOperator
+    if not eta >= 0:
+        raise UserError(f"--eta must be >= 0 (got {eta})")
+    t = op.restrict(theta.detach()).abs() + eta
+    r = top_eigenvalues(ScaledOperator(op, t), 1, "LA", **kw)
+    return {"eigenvalue": r["eigenvalues"][0], "residual": r["residuals"][0], "eta": float(eta),
+            "converged": r["converged"], "n_products": r["n_products"],
+            "definition": "lambda_max(T H T), T = diag(|w| + eta) (ASAM, Kwon et al. 2021, Sec. 3)"}
+
+
+def _reported(vals, flags) -> list:
+    """Eigenvalues as reported: 0.0 where zero within round-off."""
+    return [0.0 if z else v for v, z in zip(vals, flags)]
 
 
 # ---- figures (plots.py style; pass ax to draw into an existing figure) ---------------------------------
@@ -101,6 +124,10 @@ def plot_eigenvalues(result: dict, ax=None, title: str | None = None) -> Figure:
     fig, (ax,) = _axes(ax)
     vals = np.array(result["eigenvalues"])
     ax.errorbar(np.arange(1, len(vals) + 1), vals, yerr=result.get("residuals"), fmt="o", capsize=3)
+    if result.get("zero_tol"):
+        tol = result["zero_tol"]
+        ax.axhspan(-tol, tol, color="0.8", alpha=0.6, lw=0, label=f"zero within round-off (|lambda| <= {tol:.1e})")
+        ax.legend(fontsize="small")
     integer_ticks(ax.xaxis)
     ax.set_xlabel(f"eigenvalue rank ({ORDER.get(result.get('which', 'LA'))})")
     ax.set_ylabel("Hessian eigenvalue")
@@ -183,7 +210,17 @@ def plot_per_layer(result: dict, ax=None, title: str | None = None) -> Figure:
     if has_top:
         which = rows[0].get("which", "LA")
         name = {"LA": "largest eigenvalue", "SA": "most negative eigenvalue", "LM": "largest |eigenvalue|"}[which]
-        layer_bars(axes[0], labels, [r.get("eigenvalue", r.get("top_eigenvalue")) for r in rows], xlabel=name)
+        vals = [r.get("eigenvalue", r.get("top_eigenvalue")) for r in rows]
+        zero = [bool((r.get("zero_within_round_off") or [False])[0]) for r in rows]
+        layer_bars(axes[0], labels, _reported(vals, zero), xlabel=name)
+        tols = [r.get("zero_tol") or 0.0 for r in rows]
+        if any(tols):
+            for i, (t, z) in enumerate(zip(tols, zero)):      # each layer's own round-off band, first layer on top
+                axes[0].fill_betweenx([i - 0.45, i + 0.45], -t, t, color="0.75", lw=0, zorder=0)
+                if z:
+                    axes[0].annotate("0 (round-off)", (0, i), xytext=(4, 0), textcoords="offset points",
+                                     va="center", fontsize="small", color="0.3")
+            axes[0].set_title("grey: zero within round-off", fontsize="small")
     layer_bars(axes[-1], labels, [r["trace"] for r in rows],
                [r.get("trace_stderr", r.get("stderr")) or 0.0 for r in rows], xlabel="trace (+- stderr)",
                color="C1")
@@ -323,6 +360,10 @@ def add_hessian_arguments(p):
                         "restarts")
     p.add_argument("--products", type=arg_type(int, lo=1), default=None,
                    help="with --per-layer: trace products per layer (default: 60)")
+    p.add_argument("--normalised", default=None, choices=["on", "off"],
+                   help="also the scale-invariant top eigenvalue lambda_max(T H T), T = diag(|w| + eta) (ASAM, Kwon "
+                        "et al. 2021); default on for --which LA on the whole model (one more Lanczos run)")
+    p.add_argument("--eta", type=float, default=None, help="eta of --normalised (default: 0.01, ASAM's)")
 
 
 def add_trace_arguments(p):
@@ -386,6 +427,10 @@ def _ask(question, args, bundle, data, spec) -> dict:
             r = top_eigenvalues(op, args.top_k, which=args.which, tol=args.tol, max_iter=args.max_iter,
                                 seed=args.seed, method=args.method)
             r.pop("eigenvectors")
+            if getattr(args, "normalised", "off") == "on":
+                r["normalised"] = normalised_top_eigenvalue(op, bundle.theta, args.eta, tol=args.tol,
+                                                            max_iter=args.max_iter, seed=args.seed,
+                                                            method=args.method)
         elif question == "trace":
             r = trace(op, args.products, method=args.method, deflate=args.deflate, seed=args.seed, tol=args.tol)
         else:
@@ -432,6 +477,13 @@ def _check(question, args, bundle):
     args.by, args.batch_size = default(args, "by", "block"), default(args, "batch_size", 1000)
     if question == "hessian":
         args.products = default(args, "products", 60)
+        can = args.which == "LA" and not args.per_layer and args.backend == "ours"
+        if args.normalised == "on" and not can:
+            raise UserError("--normalised needs --which LA on the whole model (no --per-layer) with --backend ours")
+        if args.normalised == "off" or not can:
+            refuse(args, ["eta"], "without --normalised (it is the eta of T = diag(|w| + eta))")
+        args.normalised = default(args, "normalised", "on") if can else "off"
+        args.eta = default(args, "eta", 0.01)
     if question in ("hessian", "trace"):
         args.tol = default(args, "tol", 1e-3)
 
@@ -445,13 +497,14 @@ def _run(question, args, bundle):
     n = data_info["n"]
     if not args.per_layer:
         r = _ask(question, args, bundle, data, args.layer)
-        keys = {"hessian": ("eigenvalues", "residuals"), "trace": ("trace", "stderr"), "density": ("trace",)}
-        summary = {k: r.get(k) for k in (*keys[question], "n_products", "seconds")}
+        summary = _summary(question, r)
         summary["n_samples"] = n
         where = f" of {args.layer}" if args.layer else ""
         if question == "density":
             sigma = f", sigma = {r['sigma']:.2g}" if r.get("sigma") is not None else ""
             what = f"Hessian spectral density{where} (SLQ {r['n_steps']} steps x {r['n_vectors']} vectors{sigma})"
+            if r.get("trace_stderr") is not None:
+                what += f"; tr(H) = {r['trace']:.4g} +- {r['trace_stderr']:.2g}"
         else:
             what = (f"Hessian {'eigenvalues' if question == 'hessian' else 'trace'}{where} "
                     f"({r.get('method', args.method)}, {r['n_products']} HVPs)")
@@ -467,8 +520,7 @@ def _run(question, args, bundle):
     else:
         rows = {label: _ask(question, args, bundle, data, spec)
                 for label, spec in layer_specs(bundle.space, args.by).items()}
-    summary = {label: {k: r[k] for k in ("eigenvalue", "trace") if k in r} for label, r in rows.items()}
-    summary = {"layers": summary, "n_samples": n}
+    summary = {"layers": {label: _layer_summary(r) for label, r in rows.items()}, "n_samples": n}
     what = ("Hessian spectral density per layer (each panel's own smoothing width)" if question == "density" else
             f"Hessian trace per layer ({args.method}, {args.products} HVPs per layer)" if question == "trace" else
             f"Hessian per layer ({args.which} eigenvalue by {args.method}; trace from {args.products} HVPs per "
@@ -480,6 +532,45 @@ def _run(question, args, bundle):
     if question == "hessian":
         out.update(which=args.which, method=args.method)
     return out, fig
+
+
+def _summary(question, r) -> dict:
+    """The printed numbers: every stochastic estimate with its standard error and sample count; eigenvalues zero
+    within round-off reported as 0.0 (the raw values stay in the JSON's ``eigenvalues``)."""
+    if question == "hessian":
+        zero = r.get("zero_within_round_off") or [False] * len(r["eigenvalues"])
+        s = {"eigenvalues": _reported(r["eigenvalues"], zero), "residuals": r.get("residuals")}
+        if any(zero):
+            s["zero_within_round_off"] = r["zero_within_round_off"]
+            s["zero_tol"] = r["zero_tol"]
+        if "normalised" in r:
+            s["normalised_top_eigenvalue"] = r["normalised"]["eigenvalue"]
+    elif question == "trace":
+        s = {"trace": r["trace"], "stderr": r.get("stderr"), "n_probes": r.get("n_probes")}
+    else:      # SLQ: the trace and tr(H^2) moments with their errors over the start vectors, or not at all
+        s = {"n_vectors": r["n_vectors"]}
+        if r.get("trace_stderr") is not None:
+            s.update(trace=r["trace"], trace_stderr=r["trace_stderr"])
+            m2 = (r.get("moments") or {}).get("trace_H2")
+            if m2:
+                s.update(trace_H2=m2["mean"], trace_H2_stderr=m2["stderr"])
+        else:
+            s["trace"] = "not printed: one start vector gives no standard error (use --vectors >= 2)"
+    return {**s, "n_products": r.get("n_products"), "seconds": r.get("seconds")}
+
+
+def _layer_summary(r) -> dict:
+    s = {}
+    if "eigenvalue" in r:
+        z = bool((r.get("zero_within_round_off") or [False])[0])
+        s["eigenvalue"] = 0.0 if z else r["eigenvalue"]
+        if z:
+            s["eigenvalue_note"] = f"zero within round-off (|{r['eigenvalue']:.2g}| <= {r['zero_tol']:.2g})"
+    err = r.get("trace_stderr", r.get("stderr"))
+    if "trace" in r and (err is not None or "n_vectors" not in r):    # SLQ's trace only with its error
+        s["trace"] = r["trace"]
+        s["trace_stderr"] = err
+    return s
 
 
 def run_hessian(args, bundle):

@@ -118,6 +118,19 @@ class MatrixOperator(Operator):
         return V @ self.A  # A is symmetric: (A V^T)^T = V A
 
 
+class ScaledOperator(Operator):
+    """T H T for T = diag(t), t > 0 a vector of the operator's size: the Hessian in the scale-invariant
+    coordinates of ASAM (Kwon et al. 2021, Sec. 3), t = |w| + eta. Its products are ``op``'s (counted there too)."""
+
+    def __init__(self, op: Operator, t: torch.Tensor):
+        super().__init__()
+        self.op, self.t = op, t.to(op.device, op.dtype)
+        self.dim, self.P, self.dtype, self.device, self.index = op.dim, op.P, op.dtype, op.device, op.index
+
+    def _matmat(self, V):
+        return self.op.matmat(V * self.t) * self.t
+
+
 class HessianOperator(Operator):
     """The Hessian of the mean loss over a data set, matrix-free (see the module docstring).
 
@@ -176,8 +189,8 @@ class HessianOperator(Operator):
     def _batches(self, data, batch_size):
         if isinstance(data, tuple) and len(data) == 2 and torch.is_tensor(data[0]):
             X, y = data
-            from .common import aligned            # BatchNorm train mode: chunks of whole normalisation groups
-            n = len(y) if batch_size is None else aligned(self.f, batch_size)
+            from .common import chunks             # BatchNorm train mode: whole groups within one client
+            n = [len(y)] if batch_size is None else chunks(self.f, len(y), batch_size)
             data = list(zip(X.split(n), y.split(n)))
         data = [(x.to(self.device, self.dtype if x.is_floating_point() else x.dtype),
                  y.to(self.device, self.dtype if y.is_floating_point() else y.dtype)) for x, y in data]

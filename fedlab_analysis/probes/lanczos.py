@@ -101,6 +101,17 @@ def _check(op, k: int, which: str, tol: float, method: str):
         raise UserError(f"unknown method {method!r}; use 'lanczos', 'power' or 'eigsh'")
 
 
+ZERO_ULPS = 100     # an eigenvalue within 100 eps(dtype) x the spectral scale of zero is zero within round-off
+
+
+def zero_band(scale: float, dtype: torch.dtype) -> float:
+    """Eigenvalues with |lambda| <= this are zero within round-off: ZERO_ULPS * eps(dtype) * scale, ``scale`` the
+    largest |eigenvalue| seen (Lanczos: the largest |Ritz value|, a lower bound on ||H|| that converges first).
+    A Hessian-vector product in float32 carries relative errors of order eps * ||H||, so a computed value below
+    this is no evidence of a non-zero eigenvalue, let alone of its sign."""
+    return ZERO_ULPS * float(torch.finfo(dtype).eps) * float(scale)
+
+
 def top_eigenvalues(op, k: int = 1, which: str = "LA", tol: float = 1e-3, max_iter: int | None = None,
                     seed: int = 0, method: str = "lanczos") -> dict:
     """The k extreme eigenpairs of ``op`` (``which``: 'LA' largest, 'SA' most negative, 'LM').
@@ -113,6 +124,8 @@ def top_eigenvalues(op, k: int = 1, which: str = "LA", tol: float = 1e-3, max_it
     undiscovered, and stopped 10x early on clustered spectra (benchmarks/bench_curvature.py).
     eigsh uses ARPACK's rule with ``tol``. ``max_iter`` bounds the Lanczos steps (default
     ``min(dim, max(100, 10 k))``), the power steps per eigenvalue (default 1000) or eigsh's restarts.
+    ``zero_tol`` (:func:`zero_band`) and ``zero_within_round_off`` (one flag per eigenvalue) say which of them are
+    zero within round-off.
     Returns eigenvalues (ordered, most wanted first), residuals r_i, error_estimates, eigenvectors
     ``[k, P]`` (unit norm, in the full ParamSpace layout, zeros outside a parameter filter),
     n_products, seconds, converged.
@@ -120,8 +133,12 @@ def top_eigenvalues(op, k: int = 1, which: str = "LA", tol: float = 1e-3, max_it
     _check(op, k, which, tol, method)
     gen, n0, t0 = _gen(seed), op.n_products, time.perf_counter()
     solver = {"lanczos": _lanczos_top, "power": _power_top, "eigsh": _eigsh_top}[method]
+    op.spectral_scale = None
     vals, vecs, res, err, converged, n_used = solver(op, k, which, tol, max_iter, gen)
+    scale = max([abs(float(x)) for x in vals] + [op.spectral_scale or 0.0])
+    band = zero_band(scale, op.dtype)
     return {"eigenvalues": [float(x) for x in vals], "residuals": [float(x) for x in res],
+            "zero_tol": band, "spectral_scale": scale, "zero_within_round_off": [abs(float(x)) <= band for x in vals],
             "error_estimates": [float(x) for x in err], "converged": bool(converged),
             "n_products": n_used if n_used is not None else op.n_products - n0,
             "seconds": time.perf_counter() - t0, "method": method, "which": which, "k": k, "tol": tol,
@@ -145,6 +162,7 @@ def _lanczos_top(op, k, which, tol, max_iter, gen):
         if converged:
             break
     vecs = torch.as_tensor(S[:, idx].T, dtype=op.dtype, device=op.device) @ Q
+    op.spectral_scale = float(np.abs(theta).max())          # max |Ritz value|: a lower bound on ||op||, for zero_band
     return theta[idx], vecs, res, err, converged, None
 
 
@@ -156,6 +174,7 @@ def _power_top(op, k, which, tol, max_iter, gen):
     if which == "LM":
         return _power_run(op, k, 0.0, 1.0, tol, max_iter, gen)
     (mu,), *_ = _power_run(op, 1, 0.0, 1.0, tol, max_iter, gen)
+    op.spectral_scale = abs(float(mu))
     sign = -1.0 if which == "SA" else 1.0    # SA: iterate |mu| I - H, whose dominant end is H's bottom
     return _power_run(op, k, abs(mu), sign, tol, max_iter, gen)
 
@@ -311,7 +330,8 @@ def density(op, n_steps: int = 80, n_vectors: int = 4, sigma: float | None = Non
     Gaussians of width ``sigma`` (default 1% of the node range) on ``grid`` (default ``n_grid``
     points over the node range plus a margin). With ``n_steps = dim`` the nodes are the exact
     eigenvalues. Also returns the SLQ trace estimate dim * sum_j tau_j theta_j with its standard
-    error over the vectors.
+    error over the vectors, and ``moments``: tr(H) and tr(H^2) = ||H||_F^2 (dim * sum_j tau_j theta_j^k), each
+    {mean, stderr, n} over the vectors.
     """
     if n_steps < 1 or n_vectors < 1:
         raise UserError(f"n_steps={n_steps} and n_vectors={n_vectors} must be at least 1")
@@ -326,11 +346,19 @@ def density(op, n_steps: int = 80, n_vectors: int = 4, sigma: float | None = Non
     nodes, weights = np.array(nodes), np.array(weights)
     grid, dens, sigma = smooth_density(nodes, weights, sigma, grid, n_grid)
     traces = op.dim * (weights * nodes).sum(axis=1)
-    return {"nodes": nodes.tolist(), "weights": weights.tolist(), "grid": grid, "density": dens,
+    moments = {name: _mean_se(op.dim * (weights * nodes ** k).sum(axis=1)) for name, k in (("trace", 1),
+                                                                                          ("trace_H2", 2))}
+    return {"moments": moments, "nodes": nodes.tolist(), "weights": weights.tolist(), "grid": grid, "density": dens,
             "sigma": sigma, "n_steps": nodes.shape[1], "n_vectors": n_vectors,
             "trace": float(traces.mean()),
             "trace_stderr": float(traces.std(ddof=1) / math.sqrt(n_vectors)) if n_vectors > 1 else None,
             "n_products": op.n_products - n0, "seconds": time.perf_counter() - t0, "seed": seed, "dim": op.dim}
+
+
+def _mean_se(x: np.ndarray) -> dict:
+    """Mean, standard error (None for one value) and count of per-vector estimates."""
+    n = len(x)
+    return {"mean": float(x.mean()), "stderr": float(x.std(ddof=1) / math.sqrt(n)) if n > 1 else None, "n": n}
 
 
 def smooth_density(nodes: np.ndarray, weights: np.ndarray, sigma: float | None = None, grid=None,

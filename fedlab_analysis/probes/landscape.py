@@ -219,8 +219,9 @@ def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="au
         batch_points = (max(1, min(32, 512 // N)) if dev.type == "cpu"
                         else max(1, min(64, 2**28 // (first.numel() * first.element_size()))))
     B = max(1, min(int(batch_points), n))
-    from .common import aligned                   # BatchNorm train mode: chunks of whole normalisation groups
-    step = aligned(f, max(1, chunk // B))
+    from .common import chunks                    # BatchNorm train mode: whole groups within one client
+    sizes = chunks(f, N, max(1, chunk // B))
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
     vf = torch.vmap(f, in_dims=(0, None))
     losses = torch.zeros(n, dtype=torch.float64, device=dev)  # sums stay on the device: no sync per batch
     correct = torch.zeros(n, dtype=torch.float64, device=dev)
@@ -228,7 +229,7 @@ def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="au
     with torch.inference_mode(), bar(n, desc, "point") as pb:
         for s in range(0, n, B):
             th = thetas_of(coords[s:s + B])
-            for c in range(0, N, step):
+            for c, step in zip(starts, sizes):
                 xb, yb = X[c:c + step], y[c:c + step]
                 out = f(th[0], xb).unsqueeze(0) if th.shape[0] == 1 else vf(th, xb)
                 losses[s:s + B] += _per_sample(loss, out, yb).sum(1, dtype=torch.float64)
@@ -355,6 +356,29 @@ def paper_levels(Z: np.ndarray, n_fallback: int = 12) -> np.ndarray:
     return inside if len(inside) >= 4 else np.linspace(lo, hi, n_fallback + 2)[1:-1]
 
 
+def nice_levels(Z, n: int = 12, log: bool | None = None) -> tuple[np.ndarray, bool]:
+    """Contour levels at round values inside Z's finite range: on a log scale (``log``; default when the values
+    are positive and span more than a factor of 20) the 1-2-5 sequence (0.05, 0.1, 0.2, 0.5, 1, ...; every mantissa
+    1-9 when that gives fewer than 4), else matplotlib's MaxNLocator steps (0.1, 0.15, 0.2, ...). Returns
+    (levels, is_log)."""
+    from matplotlib.ticker import MaxNLocator
+    Z = np.ma.masked_invalid(np.asarray(Z, dtype=float))
+    lo, hi = float(Z.min()), float(Z.max())
+    if not hi > lo:
+        return np.array([lo]), False
+    log = (lo > 0 and hi / lo > 20) if log is None else (bool(log) and lo > 0)
+    if log:
+        decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
+        for mant in ((1, 2, 5), tuple(range(1, 10))):
+            lv = np.unique(np.round((decades[:, None] * np.array(mant)).ravel(), 12))
+            lv = lv[(lv > lo) & (lv < hi)]
+            if len(lv) >= 4:
+                break
+        return lv, True
+    lv = MaxNLocator(n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    return lv[(lv > lo) & (lv < hi)], False
+
+
 def _markers(result) -> list[tuple[float, float]]:
     return [(0.0, 0.0)] + [(p["a"], p["b"]) for p in result.get("points", [])]
 
@@ -384,29 +408,33 @@ def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled:
     one unit (equal aspect): a plane's distances are compared in both directions."""
     from matplotlib.colors import LogNorm, Normalize
 
-    from ..plots import levels as auto_levels
     fig, ax = _figure(ax)
     a, b, Z = np.asarray(result["a"]), np.asarray(result["b"]), _Z(result, what)
     if vmax is not None:
         Z = np.ma.minimum(Z, vmax)
-    lv, is_log = auto_levels(Z, 12, log) if levels is None else (np.asarray(levels), bool(log))
+    lv, is_log = nice_levels(Z, 12, log) if levels is None else (np.asarray(levels), bool(log))
     norm = LogNorm(max(float(Z.min()), 1e-12), float(Z.max())) if is_log else Normalize(float(Z.min()), float(Z.max()))
     if filled:
         fill = np.geomspace(norm.vmin, norm.vmax, 40) if is_log else np.linspace(norm.vmin, norm.vmax, 40)
         cf = ax.contourf(a, b, Z, levels=fill, cmap="viridis", norm=norm, alpha=0.9, extend="neither")
         cb = fig.colorbar(cf, ax=ax, shrink=0.85, label=what + (" (log scale)" if is_log else "") +
                           (f", clipped at {vmax:g}" if vmax is not None else ""))
-        from matplotlib.ticker import LogLocator, MaxNLocator
-        cb.locator = LogLocator(subs=(1.0, 2.0, 5.0)) if is_log else MaxNLocator(6)
+        from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
+        # log: the contour levels' round values (1-2-5 or 1-9 per decade, thinned to <= 7); linear: round steps
+        ticks = lv[::max(1, -(-len(lv) // 7))] if is_log and len(lv) else None
+        cb.locator = FixedLocator(ticks) if ticks is not None else MaxNLocator(6, steps=[1, 2, 2.5, 5, 10])
+        cb.formatter = FuncFormatter(lambda v, _: f"{v:g}")
         cb.update_ticks()
+        cb.ax.minorticks_off()
     if len(lv) > 1 or levels is not None:
         cs = ax.contour(a, b, Z, levels=lv, colors="k", linewidths=0.6, norm=norm)
-        fmt = "%.3g"
-        if not is_log and len(lv) > 1:   # enough decimals to tell neighbouring levels apart
-            fmt = f"%.{max(0, int(-np.floor(np.log10(np.min(np.diff(lv))))) + 1)}f"
+        fmt = "%g"                       # round levels print as they are (0.2, 0.25, 1, 5)
         _clear_labels(ax, ax.clabel(cs, cs.levels[::2], inline=True, fontsize="small", fmt=fmt), result, a, b)
     _mark(ax, result)
     ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
+    from matplotlib.ticker import MaxNLocator
+    for axis in (ax.xaxis, ax.yaxis):                 # round, well-spaced ticks that never run together
+        axis.set_major_locator(MaxNLocator(5, steps=[1, 2, 2.5, 5, 10]))
     ax.set_aspect("equal", adjustable="box")
     return fig
 
@@ -421,7 +449,7 @@ def plot_surface3d(result: dict, ax=None, what: str = "loss", vmax: float | None
     if log:
         Z = np.log10(np.maximum(Z, 1e-12))
     ax.plot_surface(A, Bm, Z, **({"cmap": "viridis", "linewidth": 0} | kw))
-    ax.set(xlabel="a", ylabel="b", zlabel=f"log10 {what}" if log else what)
+    ax.set(xlabel="a (along d1)", ylabel="b (along d2)", zlabel=f"log10 {what}" if log else what)
     return fig
 
 
@@ -431,7 +459,6 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
     baseline with FedSMOO's surface superimposed) is drawn as a wireframe on every panel."""
     from matplotlib.colors import Normalize
 
-    from ..plots import levels as auto_levels
     if kind not in ("surface", "contour"):
         raise UserError(f"unknown panel kind {kind!r}; use 'surface' or 'contour'")
     titles = titles or [f"#{i}" for i in range(len(results))]
@@ -444,12 +471,13 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
         if kind == "surface":
             m = ax.plot_surface(A, Bm, Z, cmap="coolwarm", norm=norm, linewidth=0)
             ax.set_zlim(norm.vmin, norm.vmax)
+            ax.set(xlabel="a (along d1)", ylabel="b (along d2)", zlabel=what)
             if overlay is not None:
                 Zo = _Z(overlay, what) if vmax is None else np.minimum(_Z(overlay, what), vmax)
                 ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), Zo, color="k", lw=0.4)
         else:
             m = ax.contourf(A, Bm, Z, levels=np.linspace(norm.vmin, norm.vmax, 31), cmap="viridis", norm=norm)
-            ax.contour(A, Bm, Z, levels=auto_levels(Z)[0], colors="k", linewidths=0.5)
+            ax.contour(A, Bm, Z, levels=nice_levels(Z)[0], colors="k", linewidths=0.5)
         ax.set_title(titles[i])
         if kind == "contour":
             ax.set_aspect("equal", adjustable="box")
@@ -519,12 +547,64 @@ def add_arguments(p):
     p.add_argument("--vmax", type=float, default=None, help="with --plot: clip the colour scale at this loss")
     p.add_argument("--log", action="store_true", default=None,
                    help="with --plot: log colour scale and levels (default: log when the loss spans > 20x)")
+    p.add_argument("--save-directions", default=None, metavar="FILE",
+                   help="save the plane's two directions (torch file) to draw the same plane for other checkpoints")
+    p.add_argument("--directions", default=None, metavar="FILE",
+                   help="draw the plane of a --save-directions FILE (checked to be of this model) instead of --plane")
+    p.add_argument("--h5", default=None, metavar="FILE",
+                   help="also write the surface in the HDF5 layout of Li et al.'s loss-landscape code "
+                        "(xcoordinates, ycoordinates, train_loss, train_acc in %%; needs h5py: the landscape-h5 extra)")
     p.add_argument("--batch-points", type=_batch_points, default="auto",
                    help="grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
                         "memory-bounded on GPU)")
     # let `--range -1:1` read as a value: argparse takes only plain negative numbers for values, and
     # otherwise anything starting with '-' for an option (this parser has no option that looks numeric)
     p._negative_number_matcher = re.compile(r"^-\d*\.?\d+(e-?\d+)?(:-?\d*\.?\d+(e-?\d+)?)?$")
+
+
+DIRECTIONS = "fedlab_analysis.directions"
+
+
+def save_directions(path, d1: Tensor, d2: Tensor, bundle, **meta) -> None:
+    """The plane (d1, d2) with the model it belongs to (layer table, model spec), for :func:`load_directions`."""
+    torch.save({"format": DIRECTIONS, "version": 1, "d1": d1.detach().cpu(), "d2": d2.detach().cpu(),
+                "layers": bundle.ckpt["layers"], "model": bundle.ckpt["model"], **meta}, path)
+
+
+def load_directions(path, bundle, dir_type: str) -> tuple[Tensor, Tensor, dict]:
+    """(d1, d2, meta) of a :func:`save_directions` file, refused in one line unless it was made for this model
+    (same layer names, shapes and order) and the same --dir-type."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001  missing, truncated, not a torch file
+        raise UserError(f"--directions {path}: cannot be read ({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(obj, dict) or obj.get("format") != DIRECTIONS:
+        raise UserError(f"--directions {path}: not a directions file (write one with --save-directions)")
+    if obj["layers"] != bundle.ckpt["layers"] or obj["model"] != bundle.ckpt["model"]:
+        n = sum(l["numel"] for l in obj["layers"])
+        raise UserError(f"--directions {path}: made for another model ({obj['model'].get('name')}, {n} parameters) "
+                        f"than this {bundle.ckpt['model']['name']} ({bundle.space.P} parameters); save directions "
+                        "from a checkpoint of the same model")
+    if obj.get("dir_type", "weights") != dir_type:
+        raise UserError(f"--directions {path}: saved with --dir-type {obj.get('dir_type')}; pass the same --dir-type")
+    meta = {k: v for k, v in obj.items() if k not in ("d1", "d2", "layers", "model", "format", "version")}
+    return obj["d1"], obj["d2"], meta
+
+
+def write_h5(path, res: dict, split: str = "train", **attrs) -> None:
+    """The surface in Li et al.'s loss-landscape layout (tomgoldstein/loss-landscape, ``crunch`` and ``plot_2D``):
+    ``xcoordinates`` [nx], ``ycoordinates`` [ny], ``{split}_loss`` and ``{split}_acc`` (accuracy in percent, as their
+    code writes it) of shape [ny, nx], entry [j, i] at (x_i, y_j), which is how their plot_2D.py and h5_to_vtp.py
+    read it (``X, Y = meshgrid(x, y)``); ``split`` is train or test as in their files."""
+    import h5py
+    with h5py.File(path, "w") as fh:
+        fh["xcoordinates"] = np.asarray(res["a"], dtype=np.float64)
+        fh["ycoordinates"] = np.asarray(res["b"], dtype=np.float64)
+        fh[f"{split}_loss"] = np.asarray(res["loss"], dtype=np.float64).T
+        if res.get("acc") is not None:
+            fh[f"{split}_acc"] = 100.0 * np.asarray(res["acc"], dtype=np.float64).T
+        for k, v in attrs.items():
+            fh.attrs[k] = v if isinstance(v, (int, float)) else str(v)
 
 
 def _batch_points(text: str):
@@ -612,7 +692,17 @@ def _client_pair(bundle, text: str | None) -> list[int]:
 
 def _check(args):
     """Refuse every flag that cannot act with the others (one line)."""
+    from ..rundir import check_file
     from .common import refuse
+    for flag in ("save_directions", "h5"):
+        if getattr(args, flag) is not None:
+            check_file(getattr(args, flag), "--" + flag.replace("_", "-"))
+    if args.h5 is not None:
+        try:
+            import h5py  # noqa: F401
+        except ImportError:
+            raise UserError("--h5 needs h5py: pip install 'fedlab_analysis[landscape-h5]' (or pip install h5py)"
+                            ) from None
     if args.grid < 2:
         raise UserError(f"--grid {args.grid} is too small; use at least 2 (3+ for contours)")
     if args.batch_size is not None and args.batch_size < 1:
@@ -622,8 +712,14 @@ def _check(args):
     if args.other:
         if args.plane:
             raise UserError("--other draws a 1-D interpolation; leave out --plane (or --other)")
-        refuse(args, ["range", "range_y", "norm", "include_1d", "orthogonalize", "clients_pair", "vmax"],
-               "with --other (a 1-D interpolation has no plane)")
+        refuse(args, ["range", "range_y", "norm", "include_1d", "orthogonalize", "clients_pair", "vmax",
+                      "save_directions", "directions", "h5"], "with --other (a 1-D interpolation has no plane)")
+        return
+    if args.directions:
+        if args.plane:
+            raise UserError("--directions gives the plane; leave out --plane (or --directions)")
+        refuse(args, ["norm", "include_1d", "orthogonalize", "clients_pair"],
+               "with --directions (the saved plane is used as it is)")
         return
     refuse(args, ["extend"], "without --other (it extends the 1-D interpolation)")
     plane = args.plane or "random"
@@ -667,10 +763,16 @@ def run(args, bundle):
                                     f"({len(res['t'])} points)"))
         return res, fig
 
-    plane = plane or "random"
+    plane = "file" if args.directions else plane or "random"
     dir_kw = {"norm": args.norm or "filter", "ignore_1d": not args.include_1d}
     points, extra, rng = {}, {}, None
-    if plane == "random":
+    if plane == "file":
+        d1, d2, meta = load_directions(args.directions, bundle, args.dir_type)
+        if d1.numel() != space.P or d2.numel() != space.P:
+            raise UserError(f"--directions {args.directions}: {d1.numel()} entries for a {space.P}-entry vector")
+        d1, d2 = d1.to(theta), d2.to(theta)
+        extra = {"directions": str(args.directions), "directions_meta": meta}
+    elif plane == "random":
         d1, d2 = plane_random(space, theta, args.seed, args.orthogonalize, **dir_kw)
     elif plane == "clients":
         pair = _client_pair(bundle, args.clients_pair)
@@ -702,6 +804,15 @@ def run(args, bundle):
     res = surface(f, theta, d1, d2, data, grid=args.grid, range_=r_a, range_y=r_b, points=points, **ev)
     res = {"mode": "plane", "plane": plane, "norm": dir_kw["norm"] if plane in ("random", "update") else None,
            "include_1d": bool(args.include_1d), **common, **extra, **res}
+    if args.save_directions:
+        save_directions(args.save_directions, d1, d2, bundle, dir_type=args.dir_type, plane=plane, seed=args.seed,
+                        norm=res["norm"], source=str(args.ckpt), round=int(bundle.ckpt["round"]))
+        res["saved_directions"] = str(args.save_directions)
+    if args.h5:
+        write_h5(args.h5, res, "test" if bundle.data == "test" else "train", checkpoint=str(args.ckpt),
+                 plane=plane, n_samples=int(len(bundle.y)), data=bundle.data,
+                 dir_file=str(args.directions or args.save_directions or ""))
+        res["h5"] = str(args.h5)
     res["summary"] = {"center_loss": res["center_loss"], "center_acc": res["center_acc"],
                       "min_loss": float(np.nanmin(res["loss"])), "max_loss": float(np.nanmax(res["loss"])),
                       "grid": args.grid}
@@ -713,12 +824,13 @@ def run(args, bundle):
         plot_trajectory(res, res["trajectory"], res["explained"], res["rounds"], ax=ax, vmax=args.vmax, log=log)
     else:
         plot_contour(res, ax=ax, vmax=args.vmax, log=log)
-    from ..plots import levels, title
-    is_log = log if log is not None else levels(_Z(res, "loss"))[1]
+    from ..plots import title
+    is_log = log if log is not None else nice_levels(_Z(res, "loss"))[1]
     plot_surface3d(res, ax=fig.add_subplot(1, 2, 2, projection="3d"), vmax=args.vmax, log=is_log)
     how = {"random": f"random {dir_kw['norm']}-normalised plane (seed {args.seed})",
            "clients": f"plane through clients {extra.get('clients')}", "update": "last-update plane",
-           "hessian": "plane of the top-2 Hessian eigenvectors", "pca": "PCA plane of the trajectory"}[plane]
+           "hessian": "plane of the top-2 Hessian eigenvectors", "pca": "PCA plane of the trajectory",
+           "file": f"plane of {Path(str(args.directions)).name}"}[plane]
     title(fig, bundle.title(f"loss landscape, {how}, {args.grid} x {args.grid} grid"))
     return res, fig
 

@@ -120,10 +120,10 @@ def V_L(spectral, frobenius) -> float:
 @torch.no_grad()
 def margins(f, theta, X, y, batch_size: int = 2048) -> torch.Tensor:
     """f(theta, x)[y] - max_{j != y} f(theta, x)[j] per sample."""
-    from .common import aligned
+    from .common import chunks
     out = []
-    batch_size = aligned(f, batch_size)
-    for x, t in zip(X.split(batch_size), y.split(batch_size)):
+    sizes = chunks(f, len(y), batch_size)
+    for x, t in zip(X.split(sizes), y.split(sizes)):
         z = f(theta, x)
         true = z.gather(1, t[:, None])[:, 0]
         other = z.scatter(1, t[:, None], float("-inf")).max(1).values
@@ -192,7 +192,8 @@ def add_arguments(p):
     p.add_argument("--perturb", choices=("auto", "none", "state", "sam"), default="auto",
                    help="s: FedSMOO's global s from the checkpoint (state), a one-step SAM perturbation rho g/||g|| "
                         "on the data (sam), none; auto = state when the checkpoint has s, else none")
-    p.add_argument("--rho", type=float, default=None, help="radius of --perturb sam (default: training rho)")
+    p.add_argument("--rho", type=float, default=None,
+                   help="radius of --perturb sam (default: 0.05, SAM's radius, the same for every algorithm)")
     p.add_argument("--width", type=arg_type(int, lo=1), default=None,
                    help="d (default: the largest layer operator dimension)")
 
@@ -204,7 +205,7 @@ def run(args, b):
     if args.perturb != "sam":
         refuse(args, ["rho"], f"with --perturb {args.perturb} (it is the radius of --perturb sam)")
     args.quantile = 0.1 if args.quantile is None else args.quantile
-    s, how = None, args.perturb
+    s, how, rho = None, args.perturb, None
     has = "s" in b.ckpt.get("algo_state", {})
     if how == "auto":
         how = "state" if has else "none"
@@ -214,12 +215,14 @@ def run(args, b):
                             "checkpoint does not hold; use --perturb sam or none")
         s = b.ckpt["algo_state"]["s"].to(b.theta)
     elif how == "sam":
-        from .sharpness import global_sharpness, training_rho
-        rho = training_rho(b.config) if args.rho is None else args.rho
+        from .sharpness import DEFAULT_RHO, global_sharpness
+        rho = DEFAULT_RHO if args.rho is None else args.rho
         s = global_sharpness(b.f, b.theta, b.X, b.y, rho, return_delta=True)["delta"]
     r = margin_bound(b.model, b.space, b.theta, b.X, b.y, margin=args.margin, p=args.p, s=s, width=args.width,
                      quantile=args.quantile, seed=args.seed, f=b.f)
     r["perturbation"] = how
+    if rho is not None:
+        r["rho"], r["rho_source"] = rho, "default" if args.rho is None else "--rho"
     r["summary"] = {k: r[k] for k in ("bound", "bound_explicit", "margin_loss", "margin", "V_L", "bias_free", "D")}
     return r, plot(r, b.title(f"FedSMOO Thm 4.4 margin bound (perturbation {how}, p = {args.p:g})")) \
         if args.plot else None

@@ -15,7 +15,11 @@ Inner maximisers (``method``):
     quadratic   the exact maximiser of the second-order model F(w) + g'd + d'Hd/2 on the ball (trust-region
                 boundary problem: eigen-decomposition + secular equation); exact on quadratics, P <= 4096
 Every method returns F(w + delta) - F(w) at a feasible delta, so every estimate is a lower bound on s(w).
-rho defaults to the training rho (the checkpoint's ``--rho``, 0.1 for non-SAM runs) in the CLI and hook.
+The command line measures at ``--rho`` or at DEFAULT_RHO = 0.05 (SAM's radius in Foret et al. 2021, Sec. 3), the
+same for every algorithm, so that two checkpoints probed with the same flags are measured at the same radius; the
+JSON records where each setting came from (``settings``). ``probe sharpness A B ...`` measures several checkpoints
+at one radius, one start direction and one sample set and prints one comparison table. The training hook uses the
+run's own rho (it watches one run).
 """
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ from ..config import arg_type
 LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
 METHODS = ("one_step", "ascent", "quadratic")
 MAX_QUADRATIC_P = 4096
+DEFAULT_RHO = 0.05          # SAM's radius (Foret et al. 2021, Sec. 3); the same for every algorithm
+DEFAULT_STEPS = 10
+DEFAULT_ADAPTIVE_RHO = 0.5  # ASAM's radius on CIFAR-10 (Kwon et al. 2021); in the coordinates T_w^{-1} eps
+DEFAULT_ETA = 0.01          # ASAM's eta (Kwon et al. 2021)
 
 
 # ---- objectives: F(theta) as a scalar function of one flat vector -------------------------------------------
@@ -65,9 +73,9 @@ class DataObjective(Objective):
             raise UserError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable")
         self.f, self.X, self.y, self.n = f, X, y, len(y)
         self.loss = LOSSES[loss] if isinstance(loss, str) else loss
-        from .common import aligned
-        batch_size = aligned(f, batch_size)       # BatchNorm train mode: whole normalisation groups
-        self.chunks = list(zip(X.split(batch_size), y.split(batch_size)))
+        from .common import chunks
+        sizes = chunks(f, len(y), batch_size)     # BatchNorm train mode: whole groups within one client
+        self.chunks = list(zip(X.split(sizes), y.split(sizes)))
         super().__init__(lambda th: sum(self._chunk(th, x, t) for x, t in self.chunks))
 
     def _chunk(self, theta, x, t):
@@ -320,13 +328,17 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
 
 # ---- command line ----------------------------------------------------------------------------------------
 def add_arguments(p):
-    p.add_argument("--rho", type=float, default=None, help="radius (default: the checkpoint's training rho)")
+    p.add_argument("--rho", type=float, default=None, help=f"radius of the ball (default: {DEFAULT_RHO}, the same "
+                   "for every algorithm and checkpoint, so that results compare; not the run's training rho)")
     p.add_argument("--method", choices=METHODS, default="ascent", help="inner maximiser")
-    p.add_argument("--steps", type=arg_type(int, lo=1), default=None, help="ascent steps m (default: 10)")
+    p.add_argument("--steps", type=arg_type(int, lo=1), default=None, help=f"ascent steps m (default: {DEFAULT_STEPS})")
     p.add_argument("--step-size", type=arg_type(float, lo=0, lo_open=True), default=None,
                    help="ascent step length (default: rho)")
     p.add_argument("--start", choices=("one_step", "random"), default=None,
                    help="ascent start point (default: one_step)")
+    p.add_argument("--starts", type=arg_type(int, lo=1), default=None,
+                   help="with --start random: ascents from this many random points (seeds --seed, --seed + 1, ...); "
+                        "the estimate is their maximum, printed with their mean +- standard error (default: 1)")
     p.add_argument("--local", action="store_true", help="also per-client sharpness and the Jensen gap "
                    "(FedLESAM Eqs. 1-2) at the global model")
     p.add_argument("--at-clients", action="store_true", help="the Jensen gap's Eq. (2) at the clients' last "
@@ -334,22 +346,50 @@ def add_arguments(p):
     p.add_argument("--weights", choices=("uniform", "size"), default=None,
                    help="client weights p_i of --local (default: uniform)")
     p.add_argument("--batch-size", type=arg_type(int, lo=1), default=4096, help="samples per forward pass")
+    p.add_argument("--adaptive", action="store_true", help="also the adaptive sharpness of ASAM (Kwon et al. 2021, "
+                   "T_w = diag(|w| + eta)), invariant to rescalings of the weights, so flatness compares across "
+                   "models whose weights differ in scale")
+    p.add_argument("--adaptive-rho", type=float, default=None,
+                   help=f"radius of --adaptive in ASAM's normalised coordinates (default: {DEFAULT_ADAPTIVE_RHO}, "
+                        "ASAM's CIFAR-10 radius)")
+    p.add_argument("--eta", type=float, default=None, help=f"eta of --adaptive (default: {DEFAULT_ETA}, ASAM's)")
 
 
 def run(args, b):
     from .common import refuse, require_clients
     if args.method != "ascent":
-        refuse(args, ["steps", "step_size", "start"], f"with --method {args.method} (they shape the ascent)")
+        refuse(args, ["steps", "step_size", "start", "starts"], f"with --method {args.method} (they shape the ascent)")
+    if args.start != "random":
+        refuse(args, ["starts"], "without --start random (one_step starts are deterministic)")
     if not (args.local or args.at_clients):
         refuse(args, ["weights"], "without --local (they weight the clients of the Jensen gap)")
-    args.steps, args.start = args.steps or 10, args.start or "one_step"
+    if not args.adaptive:
+        refuse(args, ["adaptive_rho", "eta"], "without --adaptive (they shape the adaptive sharpness)")
+    settings = _settings(args, b)
+    args.steps, args.start = args.steps or DEFAULT_STEPS, args.start or "one_step"
     args.weights = args.weights or "uniform"
-    rho = training_rho(b.config) if args.rho is None else args.rho
+    rho = DEFAULT_RHO if args.rho is None else args.rho
     kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
     g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
-    out = {"rho": rho, "rho_source": "training" if args.rho is None else "--rho", "global": g,
+    if (args.starts or 1) > 1:                     # random starts: the max is the estimate, with their spread
+        runs = [g] + [global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size,
+                                       **{**kw, "seed": args.seed + j}) for j in range(1, args.starts)]
+        vals = torch.tensor([r["sharpness"] for r in runs], dtype=torch.float64)
+        g = {**max(runs, key=lambda r: r["sharpness"]), "starts": {
+            "values": vals.tolist(), "mean": float(vals.mean()), "stderr": float(vals.std() / len(vals) ** 0.5),
+            "n": len(vals), "seeds": list(range(args.seed, args.seed + args.starts))}}
+    out = {"rho": rho, "rho_source": settings["rho"]["source"], "settings": settings, "global": g,
            "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method,
                        "n_samples": g["n_samples"]}}
+    if "starts" in g:
+        st = g["starts"]
+        out["summary"].update(sharpness_starts_mean=st["mean"], sharpness_starts_stderr=st["stderr"],
+                              n_starts=st["n"])
+    if args.adaptive:
+        a = adaptive_sharpness(b.f, b.theta, b.X, b.y, settings["adaptive_rho"]["value"], eta=settings["eta"]["value"],
+                               method=args.method, batch_size=args.batch_size, **kw)
+        out["adaptive"] = a
+        out["summary"].update(adaptive_sharpness=a["sharpness"], adaptive_rho=a["rho"], eta=a["eta"])
     if args.local or args.at_clients:
         if b.data != "train":
             raise UserError("--local uses the clients' own data; drop --data (it must be train)")
@@ -365,6 +405,43 @@ def run(args, b):
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
     what = f"sharpness, rho = {rho:g} ({args.method}{f', {args.steps} steps' if args.method == 'ascent' else ''})"
     return out, plot(out, b.title(what)) if args.plot else None
+
+
+def _settings(args, b) -> dict:
+    """Every setting that shapes the number, with its value and where it came from (a flag or the default)."""
+    def one(name, value, default):
+        given = getattr(args, name, None)
+        return {"value": default if given is None else given, "source": "default" if given is None else
+                f"--{name.replace('_', '-')}"}
+    s = {"rho": one("rho", None, DEFAULT_RHO), "method": {"value": args.method, "source": "--method"},
+         "seed": {"value": args.seed, "source": "--seed (default 0)"},
+         "samples": {"value": len(b.y), "source": "--samples" if args.samples is not None else "all of --data"},
+         "training_rho": {"value": b.config.get("rho"), "source": "the run's config (not used)"}}
+    if args.adaptive:
+        s.update(adaptive_rho=one("adaptive_rho", None, DEFAULT_ADAPTIVE_RHO), eta=one("eta", None, DEFAULT_ETA))
+    if args.method == "ascent":
+        s.update(steps=one("steps", None, DEFAULT_STEPS), start=one("start", None, "one_step"),
+                 starts=one("starts", None, 1),
+                 step_size=one("step_size", None, "rho"))
+    return s
+
+
+def compare_table(results: list[dict]) -> str:
+    """One row per checkpoint: algorithm, round, sharpness, loss, gradient norm (the same radius and samples)."""
+    adaptive = all("adaptive" in r for r in results)
+    head = f"{'checkpoint':<32} {'algo':<9} {'round':>5} {'rho':>6} {'sharpness':>11} {'loss':>10} {'grad norm':>10}"
+    head += f" {'adaptive':>11}" if adaptive else ""
+    rows = [head, "-" * len(head)]
+    for r in results:
+        g = r["global"]
+        name = r["checkpoint"] if len(r["checkpoint"]) <= 32 else "..." + r["checkpoint"][-29:]
+        rows.append(f"{name:<32} {r['algo']:<9} {r['round']:>5} {r['rho']:>6g} {g['sharpness']:>11.5g} "
+                    f"{g['loss']:>10.5g} {g['grad_norm']:>10.4g}"
+                    + (f" {r['adaptive']['sharpness']:>11.5g}" if adaptive else ""))
+    if adaptive:
+        a = results[0]["adaptive"]
+        rows.append(f"adaptive: ASAM's sharpness (Kwon et al. 2021) at rho = {a['rho']:g}, eta = {a['eta']:g}")
+    return "\n".join(rows)
 
 
 def _client_data(b, data_dir=None):
@@ -398,4 +475,68 @@ def plot(result: dict, title: str | None = None):
     return fig
 
 
+def plot_compare(results: list[dict]):
+    """One bar per checkpoint: the global sharpness at the common radius (labels: algorithm, round)."""
+    from ..plots import figure, title as set_title
+    fig, ax = figure(w=max(4.0, 1.2 * len(results) + 2), h=3.6)
+    labels = [f"{r['algo']}\nround {r['round']}" for r in results]
+    ax[0, 0].bar(range(len(results)), [r["global"]["sharpness"] for r in results], width=0.5)
+    ax[0, 0].set_xticks(range(len(results)), labels)
+    ax[0, 0].set(ylabel="F(w + delta) - F(w)")
+    r0 = results[0]
+    set_title(fig, f"sharpness at rho = {r0['rho']:g} ({r0['global']['method']}), {r0['n_samples']} samples of "
+                   f"{r0['data']} data, the same for every checkpoint")
+    fig.tight_layout()
+    return fig
+
+
 CLI = {"sharpness": (add_arguments, run)}
+
+
+# ---- adaptive (scale-invariant) sharpness ------------------------------------------------------------------
+class Rescaled(Objective):
+    """G(delta) = F(w + T delta), T = diag(t): the rho-ball in delta is the ellipsoid ||T^{-1} eps|| <= rho in eps.
+    grad G = T grad F, Hess G = T (Hess F) T; F's own (chunked) evaluation is reused."""
+
+    def __init__(self, F: Objective, theta: torch.Tensor, t: torch.Tensor):
+        self.F, self.theta, self.t = F, theta.detach(), t.detach()
+        super().__init__(lambda d: F.fun(self.theta + self.t * d))
+
+    def value(self, delta):
+        return self.F.value(self.theta + self.t * delta)
+
+    def value_and_grad(self, delta):
+        v, g = self.F.value_and_grad(self.theta + self.t * delta)
+        return v, self.t * g
+
+    def hessian(self, delta):
+        return self.t[:, None] * self.F.hessian(self.theta + self.t * delta) * self.t[None, :]
+
+
+def adaptive_sharpness(f, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, rho: float, *, eta: float = 0.01,
+                       method: str = "one_step", steps: int = 10, step_size: float | None = None,
+                       start: str = "one_step", seed: int = 0, loss="ce", batch_size: int = 4096,
+                       return_delta: bool = False) -> dict:
+    """Adaptive sharpness (Kwon et al. 2021, ASAM, Eq. 9 with T_w = diag(|w| + eta)):
+
+        max_{||T_w^{-1} eps||_2 <= rho} F(w + eps) - F(w),   T_w = diag(|w_1| + eta, ..., |w_P| + eta).
+
+    Solved as max_{||delta|| <= rho} F(w + T_w delta) with ``maximise`` (eps = T_w delta), so ``method`` means what
+    it means for ``global_sharpness``: ``one_step`` gives ASAM's eps = rho T_w^2 g / ||T_w g||, ``quadratic`` the
+    exact maximum of the second-order model on the ellipsoid. With eta = 0 the value is invariant to rescalings
+    that leave f unchanged and act elementwise (a ReLU layer pair W1 * c, W2 / c); eta > 0 keeps zero weights
+    perturbable and makes the invariance approximate. Returns ``global_sharpness``'s keys plus ``eta``;
+    ``delta_norm`` is ||T_w^{-1} eps||, ``eps_norm`` ||eps||, ``grad_norm`` ||T_w grad F(w)|| (``delta`` with
+    ``return_delta`` is eps)."""
+    if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta >= 0):
+        raise UserError(f"eta must be a finite number >= 0 (got {eta!r}); ASAM uses 0.01")
+    F = DataObjective(f, X, y, loss, batch_size)
+    theta = theta.detach()
+    G = Rescaled(F, theta, theta.abs() + eta)
+    r = maximise(G, torch.zeros_like(theta), rho, method, steps=steps, step_size=step_size, start=start, seed=seed)
+    eps = G.t * r["delta"]
+    out = _plain(r, loss=r["base"], loss_perturbed=r["value"], rho=float(rho), eta=float(eta), method=method,
+                 steps=steps if method == "ascent" else 0, n_samples=len(y), eps_norm=float(eps.norm()))
+    if return_delta:
+        out["delta"] = eps
+    return out

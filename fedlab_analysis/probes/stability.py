@@ -36,10 +36,10 @@ def loss_acc(f, theta, X, y, batch_size: int = 2048) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of f(theta, .) on (X, y)."""
     if len(y) == 0:
         raise UserError("the gap needs at least one sample on each side; check --data / --samples")
-    from .common import aligned
+    from .common import chunks
     loss = correct = 0.0
-    batch_size = aligned(f, batch_size)
-    for x, t in zip(X.split(batch_size), y.split(batch_size)):
+    sizes = chunks(f, len(y), batch_size)         # BatchNorm train mode: whole groups within one client
+    for x, t in zip(X.split(sizes), y.split(sizes)):
         out = f(theta, x)
         loss += float(F.cross_entropy(out, t, reduction="sum"))
         correct += float((out.argmax(1) == t).sum())
@@ -215,13 +215,16 @@ def summarise(rows: list[dict], beta: float = 0.0) -> dict:
         final[r["pair"]] = r
     fin = list(final.values())
     ratios = lambda key: [r[key] for r in rows if r[key] is not None]
+    se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None  # noqa: E731
     out = {"pairs": len(fin), "delta_T_mean": float(np.mean([r["delta_w"] for r in fin])),
+           "delta_T_stderr": se([r["delta_w"] for r in fin]),
            "delta_T_max": float(max(r["delta_w"] for r in fin)),
            "touches_mean": float(np.mean([r["touches"] for r in fin])),
            "r_init_max": max(ratios("r_init"), default=None), "r_local_max": max(ratios("r_local"), default=None),
            "paper_r_init_bound": 1 + 2 * beta}
     if "loss_diff_pool_mean" in fin[0]:
         out.update(eps_pool_mean=float(np.mean([r["loss_diff_pool_mean"] for r in fin])),
+                   eps_pool_stderr=se([r["loss_diff_pool_mean"] for r in fin]),
                    eps_pool_max=float(max(r["loss_diff_pool_max"] for r in fin)),
                    loss_diff_z_mean=float(np.mean([r["loss_diff_z_mean"] for r in fin])))
     return out
@@ -295,7 +298,13 @@ def run(args, b):
         if R == int(b.ckpt["round"]):
             st["base_matches_checkpoint_max_abs"] = float((base.w.cpu().double() - b.theta.cpu().double()).abs().max())
         out["stability"] = st
-        out["summary"].update({k: st["summary"][k] for k in ("delta_T_mean", "eps_pool_mean", "r_init_max")})
+        out["summary"].update({k: st["summary"].get(k) for k in ("delta_T_mean", "delta_T_stderr", "eps_pool_mean",
+                                                                  "eps_pool_stderr", "pairs", "r_init_max",
+                                                                  "paper_r_init_bound")})
+        out["summary"]["r_init_max_is"] = ("max over rounds of delta_0^t / delta_last^(t-1), the growth of the "
+                                           "neighbouring runs' distance at the relaxed initialisation (FedInit "
+                                           "App. B; the paper bounds it by 1 + 2 beta); null before the replaced "
+                                           "sample is used; stderr needs --pairs >= 2")
     return out, plot(out, b.title(f"generalization gap and uniform stability ({R} coupled rounds)")) \
         if args.plot else None
 
