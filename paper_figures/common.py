@@ -237,13 +237,21 @@ def _plain(x):
 
 def theory_rows(paper: str, out_dir=None) -> list[dict]:
     """The paper's convex-toy claims, by the public command `python -m fedlab_analysis.theory PAPER --quick
-    --out DIR` (its report.json: id, claim, where, expected, measured, verdict), reused when DIR has one."""
+    --out DIR` (its report.json: id, claim, where, expected, measured, verdict). DIR is a cache keyed by the
+    command and the package's source (provenance.json): reused only when both match, otherwise emptied and
+    recomputed, so a code change never shows an old report."""
+    import shutil
     import subprocess
+
+    from fedlab_analysis import provenance
     out_dir = Path(out_dir or Path(_ARGS["out"]) / "theory_quick" / paper)
-    report = out_dir / "report.json"
-    if not report.exists():
-        subprocess.run([sys.executable, "-m", "fedlab_analysis.theory", paper, "--quick", "--out", str(out_dir)],
+    report, key = out_dir / "report.json", {"command": ["fedlab_analysis.theory", paper, "--quick"]}
+    if not (report.exists() and provenance.matches(out_dir / "provenance.json", key)):
+        if report.exists():                                     # an older report: none of its figures is kept
+            shutil.rmtree(out_dir)
+        subprocess.run([sys.executable, "-m", *key["command"], "--out", str(out_dir)],
                        check=True, stdout=subprocess.DEVNULL)
+        provenance.write(out_dir / "provenance.json", key)
     keys = ("id", "claim", "expected", "measured", "verdict")
     return [{**{k: c[k] for k in keys}, "where": _paper_only(c["where"])} for c in json.loads(report.read_text())]
 

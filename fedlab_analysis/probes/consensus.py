@@ -195,7 +195,7 @@ def from_checkpoint(bundle, by: str = "block", weights: str = "uniform") -> dict
 
 
 def plot(result: dict, title: str | None = None):
-    """Per-layer horizontal bars of every form: raw, per parameter and relative (three panels, log scale)."""
+    """Per-layer dots of every form: raw, per parameter and relative (three panels, log scale)."""
     import numpy as np
 
     from ..plots import layer_figure, title as set_title
@@ -204,10 +204,10 @@ def plot(result: dict, title: str | None = None):
     fig, ax = layer_figure(len(labels) * max(1, len(forms)) // 2 + 2, ncols=3, layout="constrained")
     height = 0.8 / len(forms)
     y = np.arange(len(labels))
-    for j, (form, r) in enumerate(forms.items()):
+    for j, (form, r) in enumerate(forms.items()):     # dots, not bars: the values are compared on a log axis
         for a, key in zip(ax[0], ("raw", "per_param", "relative")):
             vals = [r["layers"][lab][key] for lab in labels]
-            a.barh(y + j * height, [v if v is not None else np.nan for v in vals], height, label=form)
+            a.plot([v if v is not None else np.nan for v in vals], y + j * height, "o", label=form)
     for a, key in zip(ax[0], ("raw: sum ||c - x_i||^2", "per parameter", "relative to ||c||^2")):
         a.set(xlabel=key, xscale="log")
         a.grid(axis="y", visible=False)
