@@ -446,7 +446,8 @@ def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str =
         if kind == "surface":                # height log10(loss) on a log scale, colour by the shared norm
             ax.plot_surface(A, Bm, up(Z), facecolors=colormaps["coolwarm"](norm(Z)), linewidth=0, shade=False)
             ax.set_zlim(*up(np.array([norm.vmin, norm.vmax])))
-            ax.set_zlabel(f"log10 {what}" if log else what)
+            if i == len(results) - 1:        # once: on every panel it would collide with the next one's ticks
+                ax.set_zlabel(f"log10 {what}" if log else what)
             if overlay is not None:
                 Zo = _Z(overlay, what) if vmax is None else np.minimum(_Z(overlay, what), vmax)
                 ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), up(Zo), color="k", lw=0.4)
