@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
                     help="the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN, 100 clients at 10%%, "
                          "800 rounds; wants a GPU) instead of QUICK (digits, MLP, minutes on a CPU)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
-    ap.add_argument("--out", default=str(OUT), help=f"output root; results go to OUT/<name>/ (default {OUT})")
+    ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(OUT),
+                    help=f"output root; results go to OUT/<name>/ (default $PAPER_FIGURES_OUT, else {OUT})")
     ap.add_argument("--data-dir", default=None, help="directory with the official CIFAR-10/100 files (--full)")
     ap.add_argument("--quiet", action="store_true", help="print only the final summary")
     args = ap.parse_args(argv)
