@@ -70,8 +70,11 @@ figures: $(VENV)/.installed
 	@for f in $(FIGURES); do echo "== paper_figures/$$f.py"; \
 		$(PYTHON) -m paper_figures.$$f --tier $(TIER) --workers $(WORKERS) --quiet || exit 1; done
 
-# re-execute every notebook in place (QUICK; static fallbacks instead of widgets), outputs saved for the repo page
+# re-execute every notebook in place (QUICK; static fallbacks instead of widgets), outputs saved for the repo page,
+# from a clean cache: the cached theory reports and training runs the notebooks would reuse are removed first
+NB_CACHES := paper_figures/out/theory_quick paper_figures/out/*/runs notebooks/out
 notebooks: $(VENV)/.installed-dev
+	rm -rf $(NB_CACHES)
 	@cd notebooks && for nb in *.ipynb; do echo "== notebooks/$$nb"; FEDLAB_NB_STATIC=1 JUPYTER_PREFER_ENV_PATH=1 \
 		PYTHONPATH=$(CURDIR) $(abspath $(BIN))/jupyter-execute --inplace --timeout=3600 $$nb || exit 1; done
 

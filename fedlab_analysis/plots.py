@@ -2,20 +2,28 @@
 dicts that probes return, metrics rows) and returns a Figure; ``save(fig, path)`` writes it.
 
 The rules every figure follows, written once here: ``style()`` (seaborn whitegrid, colorblind palette, normal
-font sizes), ``title(fig, text)`` (the run and the probe's settings, wrapped), ``integer_ticks(axis)`` on
-an index axis, ``layer_bars`` (horizontal bars that stay readable for tens of layers) and ``levels(Z)``
-(contour levels for the range: log-spaced when it spans more than a factor of 20)."""
+font sizes, ``DPI`` for figures shown in a notebook and saved to a file alike), ``title(fig, text)`` (the run and
+the probe's settings, wrapped), ``integer_ticks(axis)`` on an index axis, ``layer_bars`` (horizontal bars that stay
+readable for tens of layers), ``dots`` (a dot plot, for values compared on a log axis, where bars would mislead),
+``levels(Z)`` (contour levels for the range: log-spaced when it spans more than a factor of 20) and
+``shared_norm(Zs)`` (one colour scale for several panels, log when the values span more than a factor of 20).
+``check(fig)``, run by ``save``, refuses a bar on a log axis and a twin axis (two quantities on two y scales)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+
 import matplotlib.pyplot as plt
+
+DPI = 120   # every figure: in a notebook (figure.dpi) and in a file (savefig.dpi)
 
 
 def style():
     import seaborn as sns
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=0.9)
+    plt.rcParams.update({"figure.dpi": DPI, "savefig.dpi": DPI})
 
 
 def figure(ncols=1, nrows=1, w=4.2, h=3.2, **kw):
@@ -57,30 +65,74 @@ def layer_figure(n_layers: int, ncols: int = 1, w: float = 4.6, **kw):
     return figure(ncols=ncols, w=w, h=max(2.6, 0.28 * n_layers + 1.4), sharey=True, **kw)
 
 
-def levels(Z, n: int = 12, log: bool | None = None):
-    """Contour levels inside the finite range of Z: ``n`` log-spaced ones when ``log`` (default: when the
-    range is positive and spans more than a factor of 20), else at evenly spaced quantiles of Z (3 significant
-    digits of the level spacing), so that the lines spread over the area instead of crowding where the surface
-    is steep.
-    Returns (levels, is_log)."""
+def dots(ax, labels, values, errors=None, xlabel: str = "", log: bool = True, color="C0") -> None:
+    """A horizontal dot plot (the first label on top), with error bars when given: the form for values compared
+    on a log axis, where a bar's length from an arbitrary floor means nothing."""
     import numpy as np
+    y = np.arange(len(labels))
+    ax.errorbar(values, y, xerr=errors, fmt="o", color=color, capsize=3 if errors is not None else 0)
+    ax.set_yticks(y, labels)
+    if not ax.yaxis_inverted():
+        ax.invert_yaxis()
+    ax.set(xlabel=xlabel, xscale="log" if log else "linear")
+    ax.grid(axis="y", visible=False)
+
+
+def shared_norm(Zs, log: bool | None = None):
+    """One colour scale for several panels of the same quantity: ``(norm, is_log)`` over the finite values of all
+    of ``Zs``, logarithmic when ``log`` (default: when all are positive and span more than a factor of 20), so a
+    panel whose values are small is not one uniform colour next to a sharp one."""
+    import numpy as np
+    from matplotlib.colors import LogNorm, Normalize
+    Z = np.ma.concatenate([np.ma.masked_invalid(np.asarray(z, dtype=float)).ravel() for z in Zs])
+    lo, hi = float(Z.min()), float(Z.max())
+    log = (lo > 0 and hi / lo > 20) if log is None else (log and hi > 0)
+    return (LogNorm(max(lo, hi * 1e-12), hi), True) if log else (Normalize(lo, hi), False)
+
+
+def check(fig) -> None:
+    """The figure rules that can be checked on a drawn figure: no bar on a log axis (a bar's length from an
+    arbitrary floor misleads; use ``dots``) and no twin axes (two quantities on two y scales over one x axis:
+    draw two panels). Raises ValueError naming the axes."""
+    for ax in fig.axes:
+        name = ax.get_title() or ax.get_ylabel() or ax.get_xlabel() or "an axes"
+        bars = [c for c in ax.containers if c.__class__.__name__ == "BarContainer"]
+        for xy, scale in (("x", ax.get_xscale()), ("y", ax.get_yscale())):
+            if scale != "linear" and any((c.orientation == "horizontal") == (xy == "x") for c in bars):
+                raise ValueError(f"figure rule: bars on a {scale} {xy} axis ({name!r}); use plots.dots")
+        if len(ax._twinned_axes.get_siblings(ax)) > 1:
+            raise ValueError(f"figure rule: twin axes ({name!r}): two quantities on two y scales; draw two panels")
+
+
+def levels(Z, n: int = 12, log: bool | None = None) -> tuple[np.ndarray, bool]:
+    """Contour levels at round values inside Z's finite range: on a log scale (``log``; default when the values
+    are positive and span more than a factor of 20) the 1-2-5 sequence (0.05, 0.1, 0.2, 0.5, 1, ...; every mantissa
+    1-9 when that gives fewer than 4), else matplotlib's MaxNLocator steps (0.1, 0.15, 0.2, ...). Returns
+    (levels, is_log)."""
+    from matplotlib.ticker import MaxNLocator
     Z = np.ma.masked_invalid(np.asarray(Z, dtype=float))
     lo, hi = float(Z.min()), float(Z.max())
     if not hi > lo:
         return np.array([lo]), False
-    log = (lo > 0 and hi / lo > 20) if log is None else log
+    log = (lo > 0 and hi / lo > 20) if log is None else (bool(log) and lo > 0)
     if log:
-        lo = max(lo, 1e-12)
-        return np.geomspace(lo, hi, n + 2)[1:-1], True
-    q = np.quantile(Z.compressed(), np.linspace(0, 1, n + 2)[1:-1])
-    q = np.unique(np.round(q, int(-np.floor(np.log10((hi - lo) / n))) + 1))
-    return q[(q > lo) & (q < hi)], False
+        decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
+        for mant in ((1, 2, 5), tuple(range(1, 10))):
+            lv = np.unique(np.round((decades[:, None] * np.array(mant)).ravel(), 12))
+            lv = lv[(lv > lo) & (lv < hi)]
+            if len(lv) >= 4:
+                break
+        return lv, True
+    lv = MaxNLocator(n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    return lv[(lv > lo) & (lv < hi)], False
 
 
 def save(fig, path) -> Path:
+    """Write ``fig`` at ``DPI`` after ``check(fig)``; the figure is closed."""
+    check(fig)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130, bbox_inches="tight")
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 5 for mnist)")
     ap.add_argument("--workers", type=int, default=2, help="runs trained side by side, one torch thread each "
                     "(default 2)")
-    ap.add_argument("--out", default=str(OUT), help=f"output root; results go to OUT/<name>/ (default {OUT})")
+    ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(OUT),
+                    help=f"output root; results go to OUT/<name>/ (default $PAPER_FIGURES_OUT, else {OUT})")
     ap.add_argument("--data-dir", default=None, help="directory with the official dataset files (--tier full: "
                     "CIFAR-10; --tier mnist: optional, else the `make data` cache)")
     ap.add_argument("--quiet", action="store_true", help="print only the final summary")
@@ -322,20 +324,21 @@ def _plain(x):
 
 def theory_rows(paper: str, out_dir=None) -> list[dict]:
     """The paper's convex-toy claims, by the public command `python -m fedlab_analysis.theory PAPER --quick
-    --out DIR` (its report.json: id, claim, where, expected, measured, verdict). Reused only while DIR's key.json
-    holds the same command and :func:`~paper_figures.runs.package_source_hash` (any change to the package's
-    source recomputes it)."""
+    --out DIR` (its report.json: id, claim, where, expected, measured, verdict). DIR is a cache keyed by the
+    command and the package's source (provenance.json): reused only when both match, otherwise emptied and
+    recomputed, so a code change never shows an old report."""
+    import shutil
     import subprocess
 
-    from paper_figures.runs import package_source_hash
+    from fedlab_analysis import provenance
     out_dir = Path(out_dir or Path(_ARGS["out"]) / "theory_quick" / paper)
-    report, key_file = out_dir / "report.json", out_dir / "key.json"
-    key = {"command": ["fedlab_analysis.theory", paper, "--quick"], "source": package_source_hash()}
-    if not report.exists() or not key_file.exists() or json.loads(key_file.read_text()) != key:
-        key_file.unlink(missing_ok=True)
-        subprocess.run([sys.executable, "-m", "fedlab_analysis.theory", paper, "--quick", "--out", str(out_dir)],
+    report, key = out_dir / "report.json", {"command": ["fedlab_analysis.theory", paper, "--quick"]}
+    if not (report.exists() and provenance.matches(out_dir / "provenance.json", key)):
+        if report.exists():                                     # an older report: none of its figures is kept
+            shutil.rmtree(out_dir)
+        subprocess.run([sys.executable, "-m", *key["command"], "--out", str(out_dir)],
                        check=True, stdout=subprocess.DEVNULL)
-        key_file.write_text(json.dumps(key) + "\n")
+        provenance.write(out_dir / "provenance.json", key)
     keys = ("id", "claim", "expected", "measured", "verdict")
     return [{**{k: c[k] for k in keys}, "where": _paper_only(c["where"])} for c in json.loads(report.read_text())]
 

@@ -88,8 +88,9 @@ def plot(res: dict):
     fig, ax = figure(ncols=3, nrows=2, w=4.0, h=3.0)
     for j, (form, f) in enumerate(res["forms"].items()):
         x = np.arange(len(f["layers"]))
-        ax[0, j].bar(x, f["mean"], yerr=f["std"], color=[f"C{i}" for i in x], capsize=3)
-        ax[0, j].set(xticks=x, xticklabels=f["layers"], yscale="log", title=f["label"])
+        for i in x:                      # dots, not bars: the values are compared on a log axis
+            ax[0, j].errorbar([i], [f["mean"][i]], yerr=[f["std"][i]], fmt="o", color=f"C{i}", capsize=3)
+        ax[0, j].set(xticks=x, xticklabels=f["layers"], yscale="log", title=f["label"], xlim=(-0.5, len(x) - 0.5))
         for i, curve in enumerate(f["cd_by_step"]):
             ax[1, j].plot(np.arange(1, len(curve) + 1), curve, color=f"C{i}", label=f["layers"][i])
         ax[1, j].set(yscale="log", xlabel="local step k since the last synchronisation")

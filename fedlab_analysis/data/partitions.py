@@ -249,8 +249,9 @@ _RULES = {
 }
 
 
-def plot_partition(counts, ax=None, title=None):
-    """Seaborn heat map of ``counts`` [clients x classes]; returns the matplotlib Figure."""
+def plot_partition(counts, ax=None, title=None, vmax=None):
+    """Seaborn heat map of ``counts`` [clients x classes]; returns the matplotlib Figure. ``vmax`` fixes the top of
+    the colour scale (from 0), so that heat maps drawn side by side share one scale."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
@@ -259,8 +260,8 @@ def plot_partition(counts, ax=None, title=None):
     if ax is None:
         fig = Figure(figsize=(min(2 + 0.4 * n_classes, 14), min(1.5 + 0.25 * n_clients, 12)))
         ax = fig.add_subplot()
-    sns.heatmap(counts, ax=ax, cmap="viridis", annot=counts.size <= 200, fmt="d",
-                cbar_kws={"label": "samples"})
+    sns.heatmap(counts, ax=ax, cmap="viridis", annot=counts.size <= 200, fmt="d", vmin=0 if vmax else None,
+                vmax=vmax, cbar_kws={"label": "samples"})
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     ax.set_title(title or f"{n_clients} clients x {n_classes} classes, {counts.sum()} samples")

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..params import Layer, ParamSpace
+from ..plots import levels as nice_levels      # one contour-level rule (round 1-2-5 values) for every figure
 from ..config import arg_type
 
 LI_LEVELS = (0.1, 10.0, 0.5)  # Li et al. plot_2D.py: contour levels arange(vmin, vmax, vlevel)
@@ -356,29 +357,6 @@ def paper_levels(Z: np.ndarray, n_fallback: int = 12) -> np.ndarray:
     return inside if len(inside) >= 4 else np.linspace(lo, hi, n_fallback + 2)[1:-1]
 
 
-def nice_levels(Z, n: int = 12, log: bool | None = None) -> tuple[np.ndarray, bool]:
-    """Contour levels at round values inside Z's finite range: on a log scale (``log``; default when the values
-    are positive and span more than a factor of 20) the 1-2-5 sequence (0.05, 0.1, 0.2, 0.5, 1, ...; every mantissa
-    1-9 when that gives fewer than 4), else matplotlib's MaxNLocator steps (0.1, 0.15, 0.2, ...). Returns
-    (levels, is_log)."""
-    from matplotlib.ticker import MaxNLocator
-    Z = np.ma.masked_invalid(np.asarray(Z, dtype=float))
-    lo, hi = float(Z.min()), float(Z.max())
-    if not hi > lo:
-        return np.array([lo]), False
-    log = (lo > 0 and hi / lo > 20) if log is None else (bool(log) and lo > 0)
-    if log:
-        decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
-        for mant in ((1, 2, 5), tuple(range(1, 10))):
-            lv = np.unique(np.round((decades[:, None] * np.array(mant)).ravel(), 12))
-            lv = lv[(lv > lo) & (lv < hi)]
-            if len(lv) >= 4:
-                break
-        return lv, True
-    lv = MaxNLocator(n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
-    return lv[(lv > lo) & (lv < hi)], False
-
-
 def _markers(result) -> list[tuple[float, float]]:
     return [(0.0, 0.0)] + [(p["a"], p["b"]) for p in result.get("points", [])]
 
@@ -402,7 +380,8 @@ def plot_contour(result: dict, ax=None, levels=None, what: str = "loss", filled:
                  vmax: float | None = None, log: bool | None = None):
     """Contour lines over a filled map, with the centre and the plane's marked points (values in the legend).
 
-    Levels follow the range of the values (plots.levels: log-spaced when they span more than a factor of 20,
+    Levels follow the range of the values (plots.levels: round values, 1-2-5 log-spaced when they span more
+    than a factor of 20,
     or with ``log=True``); ``vmax`` clips the colour scale so that the basin is not washed out by a few large
     values. ``levels`` may be given (e.g. Li et al.'s arange(0.1, 10, 0.5): :func:`paper_levels`). Axes share
     one unit (equal aspect): a plane's distances are compared in both directions."""
@@ -455,37 +434,45 @@ def plot_surface3d(result: dict, ax=None, what: str = "loss", vmax: float | None
 
 def plot_panel(results: list[dict], titles: list[str] | None = None, kind: str = "surface",
                overlay: dict | None = None, what: str = "loss", vmax: float | None = None):
-    """Several checkpoints side by side on ONE colour (and z) scale. ``overlay`` (FedSMOO Fig. 3: each
+    """Several checkpoints side by side on ONE colour (and z) scale, logarithmic and labelled so when the values
+    span more than a factor of 20 (plots.shared_norm). ``overlay`` (FedSMOO Fig. 3: each
     baseline with FedSMOO's surface superimposed) is drawn as a wireframe on every panel."""
-    from matplotlib.colors import Normalize
+    from matplotlib import colormaps
 
+    from ..plots import shared_norm
     if kind not in ("surface", "contour"):
         raise UserError(f"unknown panel kind {kind!r}; use 'surface' or 'contour'")
     titles = titles or [f"#{i}" for i in range(len(results))]
     Zs = [_Z(r, what) if vmax is None else np.minimum(_Z(r, what), vmax) for r in results]
-    norm = Normalize(min(float(Z.min()) for Z in Zs), max(float(Z.max()) for Z in Zs))
+    norm, log = shared_norm(Zs)              # log when the panels span > 20x: a flat model is not one colour
+    up = (lambda Z: np.log10(np.maximum(Z, norm.vmin))) if log and kind == "surface" else (lambda Z: Z)
     fig = _new_figure((4.2 * len(results), 4))
     for i, (r, Z) in enumerate(zip(results, Zs)):
         ax = fig.add_subplot(1, len(results), i + 1, projection="3d" if kind == "surface" else None)
         A, Bm = np.meshgrid(r["a"], r["b"])
-        if kind == "surface":
-            m = ax.plot_surface(A, Bm, Z, cmap="coolwarm", norm=norm, linewidth=0)
-            ax.set_zlim(norm.vmin, norm.vmax)
-            ax.set(xlabel="a (along d1)", ylabel="b (along d2)", zlabel=what)
+        if kind == "surface":                # height log10(loss) on a log scale, colour by the shared norm
+            ax.plot_surface(A, Bm, up(Z), facecolors=colormaps["coolwarm"](norm(Z)), linewidth=0, shade=False)
+            ax.set_zlim(*up(np.array([norm.vmin, norm.vmax])))
+            ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
+            if i == len(results) - 1:        # once: on every panel it would collide with the next one's ticks
+                ax.set_zlabel(f"log10 {what}" if log else what)
             if overlay is not None:
                 Zo = _Z(overlay, what) if vmax is None else np.minimum(_Z(overlay, what), vmax)
-                ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), Zo, color="k", lw=0.4)
+                ax.plot_wireframe(*np.meshgrid(overlay["a"], overlay["b"]), up(Zo), color="k", lw=0.4)
         else:
-            m = ax.contourf(A, Bm, Z, levels=np.linspace(norm.vmin, norm.vmax, 31), cmap="viridis", norm=norm)
-            ax.contour(A, Bm, Z, levels=nice_levels(Z)[0], colors="k", linewidths=0.5)
+            fill = np.geomspace(norm.vmin, norm.vmax, 31) if log else np.linspace(norm.vmin, norm.vmax, 31)
+            ax.contourf(A, Bm, Z, levels=fill, cmap="viridis", norm=norm)
+            ax.contour(A, Bm, Z, levels=nice_levels(Z, log=log)[0], colors="k", linewidths=0.5)
         ax.set_title(titles[i])
         if kind == "contour":
             ax.set_aspect("equal", adjustable="box")
             ax.plot([0], [0], "k*", ms=9)
             ax.set(xlabel="a (along d1)", ylabel="b (along d2)")
-    cb = fig.colorbar(m, ax=fig.axes, label=what, shrink=0.7)
-    from matplotlib.ticker import MaxNLocator
-    cb.locator = MaxNLocator(6)
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.ticker import LogLocator, MaxNLocator
+    cb = fig.colorbar(ScalarMappable(norm, "coolwarm" if kind == "surface" else "viridis"), ax=fig.axes,
+                      label=f"{what}, one {'log ' if log else ''}scale for all panels", shrink=0.7)
+    cb.locator = LogLocator(subs=(1.0, 2.0, 5.0)) if log else MaxNLocator(6)
     cb.update_ticks()
     return fig
 
@@ -504,17 +491,17 @@ def plot_trajectory(result: dict, coords, explained=None, labels=None, ax=None, 
 
 
 def plot_line(result: dict, ax=None, log: bool = False):
-    """Loss (left axis) and accuracy (right axis) along a 1-D interpolation (Li et al. plot_1D)."""
-    fig, ax = _figure(ax)
-    ax.plot(result["t"], result["loss"], "b-", label="loss")
-    ax.set(xlabel="t  (0 = first model, 1 = second)", ylabel="loss", yscale="log" if log else "linear")
-    for x in (0, 1):
-        ax.axvline(x, color="0.7", lw=0.6)
-    if result.get("acc") is not None:
-        ax2 = ax.twinx()
-        ax2.plot(result["t"], result["acc"], "r--")
-        ax2.set_ylabel("accuracy", color="r")
-        ax2.grid(False)
+    """Loss along a 1-D interpolation (Li et al. plot_1D) and, when measured and no ``ax`` is given, accuracy in a
+    second panel beside it (two panels, not two y scales on one: plots.check)."""
+    acc = result.get("acc") is not None and ax is None
+    fig = ax.figure if ax is not None else _new_figure((9.5 if acc else 5, 4))
+    axes = [ax] if ax is not None else fig.subplots(1, 2 if acc else 1, squeeze=False)[0]
+    for a, what, style in zip(axes, ("loss", "acc"), ("b-", "r-")):
+        a.plot(result["t"], result[what], style)
+        a.set(xlabel="t  (0 = first model, 1 = second)", ylabel="accuracy" if what == "acc" else "loss",
+              yscale="log" if log and what == "loss" else "linear")
+        for x in (0, 1):
+            a.axvline(x, color="0.7", lw=0.6)
     return fig
 
 

@@ -372,5 +372,6 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     elif logx:
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-    fig.savefig(Path(out_dir) / name, dpi=110)
+    from ..plots import DPI
+    fig.savefig(Path(out_dir) / name, dpi=DPI)
     return name

@@ -1,0 +1,44 @@
+"""What a cached result was computed by: a hash of the package's source, so that a code change invalidates it.
+
+``source_hash()`` is the sha256 over every ``.py`` file of the package (relative path and bytes, in sorted order),
+so editing, adding, removing or renaming a module changes it, and two checkouts of the same code agree. A cache
+stores it beside its configuration (``stamp``) and is reused only when both match (``matches``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def source_hash(paths=None) -> str:
+    """sha256 (hex) of the given files or folders (default: the package), each folder's ``.py`` files read in
+    sorted order; a file's path relative to its root goes into the hash too, so a rename changes it."""
+    roots = [PACKAGE] if paths is None else [Path(p).resolve() for p in paths]
+    h = hashlib.sha256()
+    for root in roots:
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+        for f in files:
+            rel = f.relative_to(root).as_posix() if root.is_dir() else f.name
+            h.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def stamp(config) -> dict:
+    """The key a cached result is stored with: its configuration (JSON-able) and the source hash."""
+    return {"config": json.loads(json.dumps(config, sort_keys=True)), "source": source_hash()}
+
+
+def matches(path, config) -> bool:
+    """True when ``path`` (a stamp written by ``write``) holds this configuration and this source."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text()) == stamp(config)
+    except (OSError, ValueError):
+        return False
+
+
+def write(path, config) -> None:
+    Path(path).write_text(json.dumps(stamp(config), indent=1, sort_keys=True) + "\n")
