@@ -94,8 +94,13 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
         ax.set(xlabel="a (d1)", ylabel="b (d2)")
     fig.suptitle(f"Train loss around the final global models, seed {seeds[0]} ({setting}; random filter-"
                  f"normalised plane, one colour scale)", fontsize=9)
-    lines = [f"{t['row']}: {t['verdict']}" for t in table]
-    C.annotate_verdict(fig, f"{data['summary']} over {len(seeds)} seeds (95% t intervals)\n" + "; ".join(lines))
+    short = {"center_loss": "lower", "rise": "flatter (rise)", "adaptive": "flatter (adaptive)",
+             "rise_matched": "flatter at matched fit"}
+    pairs = {}
+    for t in table:
+        pairs.setdefault((t["method"], t["base"]), []).append(f"{short[t['key']]} {t['verdict']}")
+    lines = [f"{algos[m]} vs {algos[b]}: {', '.join(v)}" for (m, b), v in pairs.items()]
+    C.annotate_verdict(fig, f"{data['summary']} over {len(seeds)} seeds (95% t intervals)\n" + "\n".join(lines))
     return data, fig
 
 

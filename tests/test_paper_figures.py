@@ -1,8 +1,10 @@
 """A committed QUICK figure is what its script produces: regenerate one figure's JSON from a clean output folder
 and compare it with the committed paper_figures/out/<name>/data.json (FedALS Table 2's communication column:
 deterministic and a second to compute, so it fits the default suite)."""
+import importlib
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,9 @@ def test_every_committed_row_names_a_quoted_claim_and_states_its_seeds():
             continue
         assert d["n_comparisons"] == len(d["table"]) and d["summary"].endswith(
             f"of {len(d['table'])} comparison{'s' if len(d['table']) != 1 else ''}"), f
+        doc = importlib.import_module(f"paper_figures.{f.parent.name}").__doc__
+        said = re.search(r"[Cc]omparisons: (.*?)\.(?:\s|$)", " ".join(doc.split()))     # "... = 14." or "6."
+        assert said and int(re.findall(r"\d+", said[1])[-1]) == d["n_comparisons"], (f, said)
         for t in d["table"]:
             assert t["claim"] in CLAIMS and CLAIMS[t["claim"]].quote in t["paper"], (f, t["row"])
             assert "n_seeds" in t and t["verdict"] in (
