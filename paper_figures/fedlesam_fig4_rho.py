@@ -82,8 +82,8 @@ def compute(seeds=3, full: bool = False):
     fig.suptitle(f"FedLESAM Fig. 4 at small scale: {setting}", fontsize=9)
     fig.tight_layout()
     a.axvspan(3, 300, color="0.85", alpha=0.5, lw=0)
-    a.text(30, a.get_ylim()[0], "no verdict: the paper states\n10^-2..10^2 for pre-trained\nmodels only",
-           fontsize=7, ha="center", va="bottom")
+    a.text(90, m0 - 6, "no verdict: the paper states\n10^-2..10^2 for pre-trained\nmodels only",
+           fontsize=7, ha="center", va="top")
     C.annotate_verdict(fig, f"{data['summary']} over {len(seeds)} seeds (95% t intervals)\n" + "; ".join(
         f"{t['row']}: {t['verdict']}" for t in table))
     return data, fig
