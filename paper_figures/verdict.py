@@ -10,8 +10,9 @@ chosen over a bootstrap because with 3-5 seeds a percentile bootstrap is too nar
 few values seen). The rule, in the order it is checked:
 
     diverged        a run of the comparison went non-finite (its flag, or a non-finite effect): reported as such,
-                    with how many runs; never dropped and never read as "no divergence"
-    not converged   a run of the comparison did not meet the tier's convergence criterion
+                    with how many runs; never dropped and never read as "no divergence". Checked before "not
+                    converged" because a diverged run is also unconverged and would otherwise hide the divergence
+    not converged   a run of the comparison did not meet the tier's convergence criterion (the note counts them)
     directional claims ("A is smaller than B", "+RI adds 2-5 points"):
       reproduced      the interval excludes 0 on the paper's side and, where the paper states a size, the mean
                       effect reaches the claim's target = SIZE_FRACTION (one half) of the lower end of the stated
@@ -75,7 +76,8 @@ def decide(claim, effects, runs=()) -> dict:
         return {**row, "verdict": NOT_MEASURED, "note": "no effect measured"}
     if n_div or not finite.all():
         k = max(n_div, int((~finite).sum()))
-        return {**row, "verdict": DIVERGED, "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite)"}
+        nc = f"; {n_nc} not converged" if n_nc > k else ""      # a diverged run is also unconverged
+        return {**row, "verdict": DIVERGED, "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite){nc}"}
     m, lo, hi = interval(x)
     row.update(mean=m, interval=[lo, hi])
     if n_nc:
