@@ -399,3 +399,52 @@ def plot(result: dict, title: str | None = None):
 
 
 CLI = {"sharpness": (add_arguments, run)}
+
+
+# ---- adaptive (scale-invariant) sharpness ------------------------------------------------------------------
+class Rescaled(Objective):
+    """G(delta) = F(w + T delta), T = diag(t): the rho-ball in delta is the ellipsoid ||T^{-1} eps|| <= rho in eps.
+    grad G = T grad F, Hess G = T (Hess F) T; F's own (chunked) evaluation is reused."""
+
+    def __init__(self, F: Objective, theta: torch.Tensor, t: torch.Tensor):
+        self.F, self.theta, self.t = F, theta.detach(), t.detach()
+        super().__init__(lambda d: F.fun(self.theta + self.t * d))
+
+    def value(self, delta):
+        return self.F.value(self.theta + self.t * delta)
+
+    def value_and_grad(self, delta):
+        v, g = self.F.value_and_grad(self.theta + self.t * delta)
+        return v, self.t * g
+
+    def hessian(self, delta):
+        return self.t[:, None] * self.F.hessian(self.theta + self.t * delta) * self.t[None, :]
+
+
+def adaptive_sharpness(f, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, rho: float, *, eta: float = 0.01,
+                       method: str = "one_step", steps: int = 10, step_size: float | None = None,
+                       start: str = "one_step", seed: int = 0, loss="ce", batch_size: int = 4096,
+                       return_delta: bool = False) -> dict:
+    """Adaptive sharpness (Kwon et al. 2021, ASAM, Eq. 9 with T_w = diag(|w| + eta)):
+
+        max_{||T_w^{-1} eps||_2 <= rho} F(w + eps) - F(w),   T_w = diag(|w_1| + eta, ..., |w_P| + eta).
+
+    Solved as max_{||delta|| <= rho} F(w + T_w delta) with ``maximise`` (eps = T_w delta), so ``method`` means what
+    it means for ``global_sharpness``: ``one_step`` gives ASAM's eps = rho T_w^2 g / ||T_w g||, ``quadratic`` the
+    exact maximum of the second-order model on the ellipsoid. With eta = 0 the value is invariant to rescalings
+    that leave f unchanged and act elementwise (a ReLU layer pair W1 * c, W2 / c); eta > 0 keeps zero weights
+    perturbable and makes the invariance approximate. Returns ``global_sharpness``'s keys plus ``eta``;
+    ``delta_norm`` is ||T_w^{-1} eps||, ``eps_norm`` ||eps||, ``grad_norm`` ||T_w grad F(w)|| (``delta`` with
+    ``return_delta`` is eps)."""
+    if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta >= 0):
+        raise UserError(f"eta must be a finite number >= 0 (got {eta!r}); ASAM uses 0.01")
+    F = DataObjective(f, X, y, loss, batch_size)
+    theta = theta.detach()
+    G = Rescaled(F, theta, theta.abs() + eta)
+    r = maximise(G, torch.zeros_like(theta), rho, method, steps=steps, step_size=step_size, start=start, seed=seed)
+    eps = G.t * r["delta"]
+    out = _plain(r, loss=r["base"], loss_perturbed=r["value"], rho=float(rho), eta=float(eta), method=method,
+                 steps=steps if method == "ascent" else 0, n_samples=len(y), eps_norm=float(eps.norm()))
+    if return_delta:
+        out["delta"] = eps
+    return out
