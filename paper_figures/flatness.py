@@ -21,7 +21,7 @@ from paper_figures import common as C
 from paper_figures import verdict as V
 
 RHO, ETA, STEPS, SAMPLES = 0.5, 0.01, 5, 1000
-NO_LADDER = "not measured at matched fit: this tier keeps no train-loss ladder of checkpoints"
+NO_LADDER = "not measured at matched fit: the runs reached no common rung of the train-loss ladder"
 
 
 def bundle(path, samples: int = SAMPLES):
@@ -62,12 +62,10 @@ def rel_gap(base, mine) -> np.ndarray:
 
 
 def matched(runs_base: list, runs_mine: list) -> dict | None:
-    """The common rung of both run lists and each run's checkpoint there, or None where the tier has no ladder."""
-    fn = getattr(C, "matched_checkpoints", None)
-    if fn is None:
-        return None
-    m = fn(list(runs_base) + list(runs_mine))
-    if not m or m.get("rung") is None:
+    """The common rung of both run lists and each run's checkpoint there (``common.matched_checkpoints``), or None
+    where no rung of the ladder was reached by every run."""
+    m = C.matched_checkpoints(list(runs_base) + list(runs_mine))
+    if m["rung"] is None:
         return None
     n = len(runs_base)
     return {"rung": m["rung"], "base": m["paths"][:n], "mine": m["paths"][n:]}
@@ -75,7 +73,7 @@ def matched(runs_base: list, runs_mine: list) -> dict | None:
 
 def matched_row(claim_id: str, label: str, runs_base: list, runs_mine: list, probe=lam1, what: str = "lam1") -> dict:
     """A verdict row comparing ``probe`` (default the top Hessian eigenvalue) of the two algorithms' checkpoints at
-    their common train-loss rung, seed by seed (relative gap), or "not measured" where there is no ladder."""
+    their common train-loss rung, seed by seed (relative gap), or "not measured" where there is no common rung."""
     m = matched(runs_base, runs_mine)
     if m is None:
         return C.row(claim_id, f"{label} at matched train loss", NO_LADDER,

@@ -56,17 +56,17 @@ def interval(effects, level: float = 0.95) -> tuple[float, float, float]:
 
 
 def _flags(runs) -> tuple[int, int, int]:
-    """(runs, diverged, not converged) from run dicts; flags the tier does not set yet default to fine."""
+    """(runs, diverged, not converged) from ``common.train_seeds`` run dicts (their ``diverged`` reason or None,
+    their ``converged`` flag by ``common.converged``)."""
     runs = list(runs or [])
-    return (len(runs), sum(bool(r.get("diverged", False)) for r in runs),
-            sum(not r.get("converged", True) for r in runs))
+    return len(runs), sum(bool(r["diverged"]) for r in runs), sum(not r["converged"] for r in runs)
 
 
 def decide(claim, effects, runs=()) -> dict:
     """The verdict row of ``claim`` (a claims.Claim) for per-seed ``effects`` (signed as the claim states) and the
-    comparison's run dicts ``runs`` (their ``converged`` / ``diverged`` flags; absent flags count as converged and
-    not diverged). Returns a plain dict: claim, effect (per seed), n_seeds, mean, interval, size_target, margin,
-    verdict, note."""
+    comparison's run dicts ``runs`` (``common.train_seeds`` results: their ``converged`` / ``diverged`` flags; no
+    runs for an effect that is not trained, e.g. a toy). Returns a plain dict: claim, effect (per seed), n_seeds,
+    mean, interval, size_target, margin, verdict, note."""
     x = np.asarray(list(effects), dtype=float)
     n_runs, n_div, n_nc = _flags(runs)
     finite = np.isfinite(x)

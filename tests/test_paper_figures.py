@@ -45,13 +45,12 @@ def test_comparison_can_fail():
 
 
 def test_matched_fit_row_uses_the_ladder_and_says_so_without_one(monkeypatch):
-    """paper_figures/flatness.matched_row: at the common rung it compares the probe seed by seed; with no ladder it
-    is "not measured", never a number."""
+    """paper_figures/flatness.matched_row: at the common rung it compares the probe seed by seed; with no common
+    rung (runs that never reached one, or without checkpoints on the ladder) it is "not measured", never a number."""
     from paper_figures import common as C
     from paper_figures import flatness as FL
-    runs_a = [{"seed": s, "converged": True} for s in range(3)]
-    runs_b = [{"seed": s} for s in range(3)]
-    monkeypatch.delattr(C, "matched_checkpoints", raising=False)
+    runs_a = [{"seed": s, "converged": True, "diverged": None, "matched": {"0.3": {}}} for s in range(3)]
+    runs_b = [{"seed": s, "converged": True, "diverged": None, "matched": {}} for s in range(3)]
     r = FL.matched_row("fedsmoo.t2.lam1", "x", runs_a, runs_b, probe=lambda p: pytest.fail("probed"))
     assert r["verdict"] == "not measured" and "matched fit" in r["measured"]
     paths = {"a0": 4.0, "a1": 4.2, "a2": 3.9, "b0": 1.0, "b1": 1.1, "b2": 0.9}

@@ -47,11 +47,14 @@ def test_every_outcome_is_reachable(claim, effects, want):
 def test_divergence_and_convergence_come_first_and_are_reported():
     r = V.decide(PLAIN, [0.3, float("nan"), 0.3])
     assert r["verdict"] == V.DIVERGED and "1 of 3" in r["note"] and r["effect"][1] is None
-    runs = [{"converged": True}, {"diverged": True, "converged": False}, {}]
+    ok = {"converged": True, "diverged": None}
+    runs = [ok, {"diverged": "loss is nan at round 3", "converged": False}, ok]
     assert V.decide(PLAIN, [0.3, 0.31, 0.29], runs)["verdict"] == V.DIVERGED
-    r = V.decide(PLAIN, [0.3, 0.31, 0.29], [{"converged": False}, {}, {}])
+    r = V.decide(PLAIN, [0.3, 0.31, 0.29], [{"converged": False, "diverged": None}, ok, ok])
     assert r["verdict"] == V.NOT_CONVERGED and "1 of 3" in r["note"] and r["mean"] == pytest.approx(0.3)
-    assert V.decide(PLAIN, [0.3, 0.31, 0.29], [{}, {}, {}])["verdict"] == V.REPRODUCED   # absent flags: fine
+    assert V.decide(PLAIN, [0.3, 0.31, 0.29], [ok, ok, ok])["verdict"] == V.REPRODUCED
+    with pytest.raises(KeyError):                              # a run without the tier's flags is refused
+        V.decide(PLAIN, [0.3, 0.31, 0.29], [{}, ok, ok])
 
 
 def test_exact_not_measured_and_seed_count_in_rows():
