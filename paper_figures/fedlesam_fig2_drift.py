@@ -29,13 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
 from paper_figures import flatness as FL                                # noqa: E402
 from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures.runs import SHARP_RHO                                # noqa: E402  (one radius, every tier)
 
 NAME = "fedlesam_fig2_drift"
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
          "fedsmoo": "FedSMOO", "fedlesam": "FedLESAM"}
 HP = dict(dir_alpha=0.1, rho=0.1, lamb=0.1)
 RHO = {"fedsam": 0.01, "fedlesam": 0.01}         # FedLESAM Sec. 6.1: rho = 0.01 for FedSAM and FedLESAM
-SAMPLES, SHARP_RHO = 1000, 0.1
+SAMPLES = 1000
 QUICK_TAG = f"drift,sharpness-ascent5-rho{SHARP_RHO}"   # the hooks of the quick and full runs (runs.HOOKS)
 # mnist tier: each method's rho as FedLESAM Sec. 6.1 states it (0.01 for FedSAM and FedLESAM, 0.1 for the others);
 # every main-protocol run carries the drift and sharpness hooks (common.main_tag; sharpness at SHARP_RHO for every

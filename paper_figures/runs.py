@@ -26,19 +26,20 @@ PKG = Path(__file__).resolve().parents[1] / "fedlab_analysis"
 # the files whose code determines a run's numbers (training_source_hash)
 TRAINING_SOURCES = ("trainers/*.py", "models.py", "params.py", "algos.py", "data/*.py")
 RUNGS = (0.3, 0.1, 0.03, 0.01, 0.003)        # matched-fit ladder of train losses
+SHARP_RHO = 0.1                              # the one radius global sharpness hooks measure at, for every method
 HOOKS = {                                     # tag -> "module:function(seed) -> [hooks]"
     "mnist": "paper_figures.runs:mnist_hooks",
     "consensus-every-step": "paper_figures.fedals_fig1_consensus:hooks",
     "consensus-rounds": "paper_figures.fedinit_fig2_consensus:hooks",
     "consensus": "paper_figures.fedsmoo_table2:consensus_hooks",
-    "drift,sharpness-ascent5": "paper_figures.fedlesam_fig2_drift:hooks",
+    "drift,sharpness-ascent5-rho0.1": "paper_figures.fedlesam_fig2_drift:hooks",
 }
 # seconds per round of FedAvg with one thread, as a function of the client-steps of a round (n_active x local steps,
 # batch 50) and an evaluation; from the issue's measurement on this machine (MNIST MLP, 100 clients at 10%, batch 50,
 # 5 epochs: ~0.7 s a round) and the digits QUICK runs (~0.1 s); SAM-type methods take two gradients a step
 COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (0.1, 5.0)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
-HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5": 2.5}
+HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5-rho0.1": 2.5}
 
 
 def _hash_files(files) -> str:
@@ -62,11 +63,12 @@ def package_source_hash() -> str:
 def mnist_hooks(seed: int) -> list:
     """The hooks of every main-protocol run in the mnist tier, every 5 rounds: the consensus forms (FedSMOO Table
     2's consistency, FedInit Fig. 2's divergences; ~3 s a call over 100 clients, so not every round), the
-    perturbation drift at local steps 0, 10, ..., 50 and the global sharpness (5 ascent steps), both on 1000
-    training samples (FedLESAM Fig. 2). Measured: about +10-20% on a round."""
+    perturbation drift at local steps 0, 10, ..., 50 and the global sharpness (5 ascent steps) at one radius
+    SHARP_RHO = 0.1 for every method, whatever rho it trains with (FedLESAM Fig. 2 compares methods at one
+    radius), both on 1000 training samples (FedLESAM Fig. 2). Measured: about +10-20% on a round."""
     from fedlab_analysis.probes import consensus, drift, sharpness
     return [consensus.make_hook(every=5), drift.make_hook(every=5, steps=list(range(0, 60, 10)), samples=1000, seed=0),
-            sharpness.make_hook(every=5, method="ascent", ascent_steps=5, samples=1000)]
+            sharpness.make_hook(every=5, method="ascent", ascent_steps=5, samples=1000, rho=SHARP_RHO)]
 
 
 def hooks_for(tag: str, seed: int) -> list:
