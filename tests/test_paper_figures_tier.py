@@ -81,6 +81,27 @@ def test_a_changed_training_source_or_config_trains_again(monkeypatch):
     assert other["path"] != task["path"]
 
 
+def test_a_changed_hook_source_recomputes_tagged_runs_only(monkeypatch):
+    """A tagged run's key holds the hash of the code that defines its hooks (runs.py, the probe modules, the tag's
+    own module): a change there trains the tagged run again and leaves an untagged run alone."""
+    tagged, plain = R.tasks([(TINY, 0, "consensus"), (TINY, 0, "")], "quick")
+    assert "hooks_source" in tagged["key"] and "hooks_source" not in plain["key"]
+    for t in (tagged, plain):
+        R.ensure(t)
+    assert R.status(tagged) == R.status(plain) == "done"
+    monkeypatch.setattr(R, "hooks_source_hash", lambda tag: "edited")
+    tagged2, plain2 = R.tasks([(TINY, 0, "consensus"), (TINY, 0, "")], "quick")
+    assert tagged2["path"] == tagged["path"] and R.status(tagged2) == "new"     # same entry, stale key
+    assert plain2 == plain and R.status(plain2) == "done"
+    monkeypatch.undo()
+    files = {str(f.relative_to(R.PKG.parent)) for f in R.hook_sources("consensus")}
+    assert {"paper_figures/runs.py", "paper_figures/fedsmoo_table2.py", "fedlab_analysis/probes/sharpness.py",
+            "fedlab_analysis/probes/consensus.py"} <= files and "fedlab_analysis/models.py" not in files
+    assert "paper_figures/fedlesam_fig2_drift.py" in {str(f.relative_to(R.PKG.parent))
+                                                      for f in R.hook_sources("drift,sharpness-ascent5-rho0.1")}
+    assert R.hooks_source_hash("consensus") != R.hooks_source_hash("mnist")
+
+
 def test_source_hash_covers_the_training_files_only():
     h = R.training_source_hash()
     assert h == R.training_source_hash() and len(h) == 12
