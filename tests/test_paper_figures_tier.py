@@ -207,3 +207,41 @@ def test_theory_report_recomputed_when_the_package_source_changes(tmp_path, monk
     os.remove(d / "key.json")
     C.theory_rows("fedcm", d)
     assert len(calls) == 3                                         # a report without a key is not trusted
+
+
+# the mnist tier's code path (its grids, hooks tag, per-method hyper-parameters and verdict rows) on tiny digits runs
+TINY_MNIST = dict(C.QUICK_BASE, model_kwargs={"widths": [16]}, clients=10, active_ratio=0.3, batch_size=20,
+                  local_epochs=1, rounds=10, eval_every=1, eval_train_samples=300, on_divergence="continue")
+OWN_PROTOCOL = {"fedals_table2": dict(rounds=20, eval_every=2, eval_train_samples=300, local_steps=2),
+                "fedals_fig1_consensus": dict(rounds=10, eval_every=1, eval_train_samples=300, local_steps=5)}
+
+
+@pytest.mark.slow
+def test_every_script_runs_its_mnist_path_on_tiny_digits(tmp_path, monkeypatch, capsys):
+    """Every script's main with --tier mnist, the tier's base swapped for tiny digits runs (and FedALS's own
+    protocol shortened): no grid the tier trims is indexed (e.g. FedCM Table 3's alpha = 0.03), a comparison whose
+    configs the tier does not train is "not measured in this tier" naming what is missing, and every script makes
+    as many comparisons as its docstring states (none dropped). About a minute on one thread."""
+    import importlib
+    import re
+
+    from paper_figures import tier
+    monkeypatch.setitem(C.TIERS, "mnist", TINY_MNIST)
+    for name, ov in OWN_PROTOCOL.items():
+        mod = importlib.import_module(f"paper_figures.{name}")
+        monkeypatch.setitem(mod.DEFS, "mnist", {**mod.DEFS["mnist"], **ov})
+    for name in tier.ORDER + tier.TOY:
+        mod = importlib.import_module(f"paper_figures.{name}")
+        mod.main(["--tier", "mnist", "--seeds", "2", "--workers", "1", "--quiet", "--out", str(tmp_path)])
+        d = json.loads((tmp_path / name / "data.json").read_text())
+        said = re.search(r"[Cc]omparisons: (.*?)\.(?:\s|$)", " ".join(mod.__doc__.split()))
+        assert int(re.findall(r"\d+", said[1])[-1]) == d["n_comparisons"] == len(d["table"]), name
+        for t in d["table"]:
+            assert t["verdict"] in C.VERDICTS, (name, t)
+            if t["measured"].startswith("not measured in this tier"):
+                assert t["verdict"] == "not measured" and "mnist tier's grid" in t["measured"], (name, t)
+        trimmed = [t for t in d["table"] if t["measured"].startswith("not measured in this tier")]
+        if name in ("fedcm_table3_alpha", "fedlesam_fig2_drift", "fedinit_table6", "fedsmoo_fig3_surface",
+                    "fedlesam_fig3_surface", "fedinit_fig1_sensitivity", "fedinit_fig2_consensus"):
+            assert trimmed, f"{name}: the mnist tier trims its grid, so some rows are not measured"
+    capsys.readouterr()
