@@ -217,22 +217,23 @@ OWN_PROTOCOL = {"fedals_table2": dict(rounds=20, eval_every=2, eval_train_sample
 
 
 @pytest.mark.slow
-def test_every_script_runs_its_mnist_path_on_tiny_digits(tmp_path, monkeypatch, capsys):
-    """Every script's main with --tier mnist, the tier's base swapped for tiny digits runs (and FedALS's own
-    protocol shortened): no grid the tier trims is indexed (e.g. FedCM Table 3's alpha = 0.03), a comparison whose
+@pytest.mark.parametrize("tier_name", ["mnist", "quick"])
+def test_every_script_runs_its_tier_path_on_tiny_digits(tier_name, tmp_path, monkeypatch, capsys):
+    """Every script's main with --tier mnist (and quick), the tier's base swapped for tiny digits runs (and FedALS's
+    own protocol shortened): no grid the tier trims is indexed (e.g. FedCM Table 3's alpha = 0.03), a comparison whose
     configs the tier does not train is "not measured in this tier" naming what is missing, and every script makes
-    as many comparisons as its docstring states (none dropped). About a minute on one thread."""
+    as many comparisons as its docstring states (none dropped). About a minute of CPU per tier on one thread."""
     import importlib
     import re
 
     from paper_figures import tier
-    monkeypatch.setitem(C.TIERS, "mnist", TINY_MNIST)
+    monkeypatch.setitem(C.TIERS, tier_name, TINY_MNIST)
     for name, ov in OWN_PROTOCOL.items():
         mod = importlib.import_module(f"paper_figures.{name}")
-        monkeypatch.setitem(mod.DEFS, "mnist", {**mod.DEFS["mnist"], **ov})
+        monkeypatch.setitem(mod.DEFS, tier_name, {**mod.DEFS[tier_name], **ov})
     for name in tier.ORDER + tier.TOY:
         mod = importlib.import_module(f"paper_figures.{name}")
-        mod.main(["--tier", "mnist", "--seeds", "2", "--workers", "1", "--quiet", "--out", str(tmp_path)])
+        mod.main(["--tier", tier_name, "--seeds", "2", "--workers", "1", "--quiet", "--out", str(tmp_path)])
         d = json.loads((tmp_path / name / "data.json").read_text())
         said = re.search(r"[Cc]omparisons: (.*?)\.(?:\s|$)", " ".join(mod.__doc__.split()))
         assert int(re.findall(r"\d+", said[1])[-1]) == d["n_comparisons"] == len(d["table"]), name
@@ -241,7 +242,8 @@ def test_every_script_runs_its_mnist_path_on_tiny_digits(tmp_path, monkeypatch, 
             if t["measured"].startswith("not measured in this tier"):
                 assert t["verdict"] == "not measured" and "mnist tier's grid" in t["measured"], (name, t)
         trimmed = [t for t in d["table"] if t["measured"].startswith("not measured in this tier")]
-        if name in ("fedcm_table3_alpha", "fedlesam_fig2_drift", "fedinit_table6", "fedsmoo_fig3_surface",
-                    "fedlesam_fig3_surface", "fedinit_fig1_sensitivity", "fedinit_fig2_consensus"):
+        if tier_name == "mnist" and name in ("fedcm_table3_alpha", "fedlesam_fig2_drift", "fedinit_table6",
+                                             "fedsmoo_fig3_surface", "fedlesam_fig3_surface",
+                                             "fedinit_fig1_sensitivity", "fedinit_fig2_consensus"):
             assert trimmed, f"{name}: the mnist tier trims its grid, so some rows are not measured"
     capsys.readouterr()
