@@ -13,9 +13,10 @@ Tiers (``TIERS``, ``--tier``):
 - full: the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN, 800 rounds); wants a GPU.
 
 Run cache (:mod:`paper_figures.runs`): one directory per run under ``<out>/runs/<tier>/``, keyed by the resolved
-config, the hooks' ``tag`` and :func:`~paper_figures.runs.training_source_hash`; a run whose key differs is trained
-again, a killed run resumes from its last checkpoint. Convergence: :func:`converged`. Matched fit:
-:func:`matched_checkpoints`.
+config, the hooks' ``tag``, :func:`~paper_figures.runs.training_source_hash` and, for a tagged run,
+:func:`~paper_figures.runs.hooks_source_hash`; a run whose key differs is trained again, a killed run resumes from
+its last checkpoint. Convergence: :func:`converged`. Matched fit: :func:`matched_checkpoints`. A comparison this
+tier's grid does not hold: :func:`not_in_tier`.
 """
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def config(cfg_overrides: dict, seed: int = 0, tier="quick") -> RunConfig:
 
 def main_tag(tier, quick_tag: str = "") -> str:
     """The hooks tag of a run in the papers' main protocol: in the mnist tier every such run carries the same hooks
-    (``runs.HOOKS["mnist"]``: consensus every round, drift and global sharpness every 5 rounds), so one run serves
+    (``runs.HOOKS["mnist"]``: consensus, drift and global sharpness at rho 0.1, every 5 rounds), so one run serves
     every script that trains that config; in the other tiers the script's own ``quick_tag``."""
     return "mnist" if tier_of(tier) == "mnist" else quick_tag
 
