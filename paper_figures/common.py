@@ -1,5 +1,6 @@
 """What every reproduction script shares: the tiers, the command line, cached multi-seed training, mean ± std, the
-one verdict rule, and how a figure and its numbers are saved.
+claims table, and how a figure and its numbers are saved (the one verdict rule is paper_figures/verdict.py, the
+claims it judges paper_figures/claims.py).
 
 Tiers (``TIERS``, ``--tier``):
 - quick (the default): scikit-learn's digits (embedded, nothing downloaded) with a small MLP, so a notebook runs in
@@ -12,9 +13,10 @@ Tiers (``TIERS``, ``--tier``):
 - full: the papers' setting (CIFAR-10 from --data-dir, ResNet-18-GN, 800 rounds); wants a GPU.
 
 Run cache (:mod:`paper_figures.runs`): one directory per run under ``<out>/runs/<tier>/``, keyed by the resolved
-config, the hooks' ``tag`` and :func:`~paper_figures.runs.training_source_hash`; a run whose key differs is trained
-again, a killed run resumes from its last checkpoint. Convergence: :func:`converged`. Matched fit:
-:func:`matched_checkpoints`.
+config, the hooks' ``tag``, :func:`~paper_figures.runs.training_source_hash` and, for a tagged run,
+:func:`~paper_figures.runs.hooks_source_hash`; a run whose key differs is trained again, a killed run resumes from
+its last checkpoint. Convergence: :func:`converged`. Matched fit: :func:`matched_checkpoints`. A comparison this
+tier's grid does not hold: :func:`not_in_tier`.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ import numpy as np
 from fedlab_analysis import plots
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.errors import UserError
+from paper_figures import verdict as V
+from paper_figures.claims import CLAIMS
 
 OUT = Path(__file__).parent / "out"
 
@@ -53,8 +57,7 @@ FULL_BASE = dict(dataset="cifar10", model="resnet18gn", model_kwargs={}, clients
 TIERS = {"quick": QUICK_BASE, "mnist": MNIST_BASE, "full": FULL_BASE}
 SEEDS = {"quick": 3, "mnist": 5, "full": 3}          # default --seeds per tier
 
-VERDICTS = ("reproduced", "not reproduced at this scale", "opposite")
-_COLOURS = {"reproduced": "#d9f0d3", "not reproduced at this scale": "#fee8c8", "opposite": "#fcbba1"}
+VERDICTS = V.OUTCOMES
 _ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2}   # set by parse_args; read below
 
 
@@ -117,7 +120,7 @@ def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None)
     """Every script's main: parse the command line, train the script's runs (``run_list(tier, seeds)`` of its
     module, through the pool of ``--workers``), compute (and plot), save data.json + fig.png, print the verdicts.
     ``compute(seeds, tier)`` returns (data, fig), or the data alone when ``plot(data)`` draws the figure;
-    ``summary(data)`` is what is printed (default: the table's verdicts and the overall one)."""
+    ``summary(data)`` is what is printed (default: the table's rows and the counts per verdict)."""
     args = parse_args(doc.split("\n\n")[0], argv)
     mod = sys.modules.get(getattr(compute, "__module__", ""), None)
     try:
@@ -136,8 +139,8 @@ def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None)
         return data
     if not args.quiet:
         for t in data["table"]:
-            print(f"{t['verdict']:29s} {t['row']}: {t['measured']}")
-    print(f"{name}: {data['verdict']['overall']}")
+            print(f"{t['verdict']:15s} {t['row']}: {t['measured']} [{t['claim']}]")
+    print(f"{name}: {data['summary']}")
     return data
 
 
@@ -167,7 +170,7 @@ def config(cfg_overrides: dict, seed: int = 0, tier="quick") -> RunConfig:
 
 def main_tag(tier, quick_tag: str = "") -> str:
     """The hooks tag of a run in the papers' main protocol: in the mnist tier every such run carries the same hooks
-    (``runs.HOOKS["mnist"]``: consensus every round, drift and global sharpness every 5 rounds), so one run serves
+    (``runs.HOOKS["mnist"]``: consensus, drift and global sharpness at rho 0.1, every 5 rounds), so one run serves
     every script that trains that config; in the other tiers the script's own ``quick_tag``."""
     return "mnist" if tier_of(tier) == "mnist" else quick_tag
 
@@ -228,55 +231,46 @@ def pm(xs, digits: int = 3) -> str:
     return f"{m:.{digits}g} ± {s:.2g}"
 
 
+def row(claim_id: str, label: str, measured: str, result: dict, **extra) -> dict:
+    """One table row: the verdict.decide/exact/not_measured ``result`` of claim ``claim_id`` with the row's label,
+    the measured text (which states the seeds) and the paper's words and place from the claim registry."""
+    c = CLAIMS[claim_id]
+    return {"row": label, "claim": claim_id, "paper": c.cite(), "measured": measured, **result, **extra}
+
+
+def not_in_tier(claim_id: str, label: str, missing, tier, **extra) -> dict:
+    """The row of a comparison whose configs this tier's grid does not hold (the mnist tier trims grids to fit its
+    budget): verdict "not measured", its text "not measured in this tier" naming what is missing; never a value
+    filled in."""
+    why = f"not measured in this tier: {', '.join(map(str, missing))} not in the {tier_of(tier)} tier's grid"
+    return row(claim_id, label, why, V.not_measured(CLAIMS[claim_id], why), **extra)
+
+
+def finish(table: list[dict]) -> dict:
+    """The verdict fields every data.json carries: ``n_comparisons``, ``counts`` per verdict and ``summary`` (the
+    counts in words: "3 reproduced, 2 opposite of 5 comparisons", never one word over mixed rows)."""
+    counts = {v: sum(t["verdict"] == v for t in table) for v in V.OUTCOMES}
+    return {"n_comparisons": len(table), "counts": {v: n for v, n in counts.items() if n},
+            "summary": V.summary(table)}
+
+
 def claims_table(rows: list[dict], theory: list[dict] | None = None) -> str:
-    """Markdown: paper says / we measured / reproduced at this scale?, one line per comparison (the scripts'
-    table rows), then the theory command's claims (its verdict "holds" is "reproduced")."""
-    out = ["| claim | paper says | we measured | reproduced at this scale? |", "|---|---|---|---|"]
-    cell = lambda x: str(x).replace("|", "\\|")                                       # noqa: E731
+    """Markdown: claim (the paper's words and place) / we measured / verdict, one line per comparison (the scripts'
+    table rows), then the theory command's claims on convex toys (their own verdict words)."""
+    out = ["| comparison | paper says (where) | we measured | verdict |", "|---|---|---|---|"]
+    cell = lambda x: str(x).replace("|", "\\|")                                     # noqa: E731
     for r in rows:
         out.append(f"| {cell(r['row'])} | {cell(r['paper'])} | {cell(r['measured'])} | **{r['verdict']}** |")
     for c in theory or []:
-        v = VERDICTS[0] if c["verdict"] == "holds" else f"{VERDICTS[1]} ({c['verdict']})"
         out.append(f"| {cell(c['claim'])} ({cell(c['where'])}; convex toy) | {cell(c['expected'])} | "
-                   f"{cell(c['measured'])} | **{v}** |")
+                   f"{cell(c['measured'])} | **{c['verdict']}** |")
     return "\n".join(out)
-
-
-def verdict(measured_mean: float | None, measured_std: float = 0.0, paper_claim_holds: bool | None = None) -> str:
-    """The one verdict rule.
-
-    For a measured effect, sign it so that > 0 is the direction the paper claims (e.g. FedSAM's lambda_1 minus
-    FedSMOO's): "reproduced" when the mean over seeds is positive by more than one standard deviation,
-    "opposite" when it is negative by more than one standard deviation, otherwise "not reproduced at this scale".
-    For a claim that is checked exactly (an identity, a bound), pass ``paper_claim_holds``: True gives
-    "reproduced", False "not reproduced at this scale"; the mean and std are then only reported.
-    """
-    if paper_claim_holds is not None:
-        return VERDICTS[0] if paper_claim_holds else VERDICTS[1]
-    if measured_mean is None or not np.isfinite(measured_mean):
-        return VERDICTS[1]
-    if measured_mean > measured_std:
-        return VERDICTS[0]
-    if measured_mean < -measured_std:
-        return VERDICTS[2]
-    return VERDICTS[1]
-
-
-def overall(verdicts) -> str:
-    """One verdict for several comparisons: "reproduced" when all are, "opposite" when none is and at least
-    half are opposite, otherwise "not reproduced at this scale"."""
-    vs = list(verdicts)
-    if vs.count(VERDICTS[0]) == len(vs):
-        return VERDICTS[0]
-    if vs.count(VERDICTS[0]) == 0 and 2 * vs.count(VERDICTS[2]) >= len(vs):
-        return VERDICTS[2]
-    return VERDICTS[1]
 
 
 def annotate_verdict(fig, text: str) -> None:
     """The verdict under the axes, in a box coloured by the verdict word it starts with (off the data)."""
-    colour = next((c for v, c in sorted(_COLOURS.items(), key=lambda kv: -len(kv[0]))
-                   if text.lower().startswith(v) or f": {v}" in text.lower()), "#f0f0f0")
+    colour = next((c for v, c in sorted(V.COLOURS.items(), key=lambda kv: -len(kv[0]))
+                   if text.lower().startswith(v)), "#f0f0f0")      # a count summary starts with a digit: grey
     import textwrap
 
     from matplotlib.transforms import offset_copy
@@ -303,8 +297,8 @@ def out_dir(name: str) -> Path:
 def save_result(name: str, data: dict, fig) -> Path:
     """<--out>/<name>/data.json (sorted keys, no timings, so reruns compare equal) and fig.png; --out defaults to
     paper_figures/out."""
-    if "verdict" not in data:
-        raise ValueError(f"save_result({name!r}): data has no 'verdict'")
+    if "summary" not in data:
+        raise ValueError(f"save_result({name!r}): data has no 'summary' (common.finish)")
     d = out_dir(name)
     d.mkdir(parents=True, exist_ok=True)
     (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")

@@ -9,7 +9,9 @@ iteration (it is 0 right after each synchronisation) and averaged over time.
 QUICK: the same protocol (FedAvg, tau = 50, 5 clients, label-sorted contiguous split = 2 classes per client)
 on scikit-learn's digits with a 4-layer MLP (fc1-fc3 extract features, fc4 is the head), 3 seeds. CD is logged
 in three forms because raw CD grows with a layer's size: raw (the paper's), per parameter, and relative to the
-layer's squared norm. FULL: ResNet-20 on CIFAR-10 as in the paper.
+layer's squared norm. FULL: ResNet-20 on CIFAR-10 as in the paper. One rule (paper_figures/verdict.py), per seed:
+log10 of the head's time-averaged CD over the first layer's, > 0 as the paper says; one row per form.
+Comparisons: 3.
 
     python paper_figures/fedals_fig1_consensus.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -24,6 +26,7 @@ from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
+from paper_figures import verdict as V  # noqa: E402
 
 NAME = "fedals_fig1_consensus"
 CLAIM = "FedALS Fig. 1: early layers have a lower consensus distance than later layers and the head"
@@ -75,11 +78,15 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
             "label": label, "layers": layers, "time_average": a.tolist(),
             "mean": a.mean(0).tolist(), "std": a.std(0, ddof=1).tolist() if len(a) > 1 else [0.0] * len(layers),
             "increasing_with_depth": [bool(np.all(np.diff(x) > 0)) for x in a],
-            "log10_head_over_first": common.mean_std(ratio),
+            "log10_head_over_first": common.mean_std(ratio), "log10_ratio_per_seed": ratio.tolist(),
             "cd_by_step": np.mean(curves, 0).round(8).tolist()}
-    raw = res["forms"]["fedals_cd"]["log10_head_over_first"]
     res["after_sync_max"] = max(float(cd[lab][:, 0].max()) for lab in layers)
-    res["verdict"] = common.verdict(*raw)
+    table = []
+    for form, f in res["forms"].items():          # one row per form: raw is the paper's; the others normalise size
+        v = V.decide(common.CLAIMS["fedals.fig1.cd"], f["log10_ratio_per_seed"], runs)
+        table.append(common.row("fedals.fig1.cd", f"head's CD above the first layer's, {f['label']}",
+                                f"log10(head / first) {V.fmt(v)}", v, form=form))
+    res.update(table=table, **common.finish(table))
     return res
 
 
@@ -102,17 +109,16 @@ def plot(res: dict):
                  f"{c['model']} on {c['dataset']}, {c['rounds']} rounds; test acc {acc_m:.3f} ± {acc_s:.3f}",
                  fontsize=10)
     fig.tight_layout()
-    m, s = res["forms"]["fedals_cd"]["log10_head_over_first"]
     pp = res["forms"]["fedals_cd_per_param"]
-    common.annotate_verdict(fig, f"{CLAIM}: {res['verdict']} (raw CD, head/first layer = 10^({m:.2f} ± {s:.2f}); "
-                                 f"monotone in depth on {sum(pp['increasing_with_depth'])}/{res['seeds']} seeds "
-                                 f"per parameter)")
+    common.annotate_verdict(fig, f"{res['summary']} (95% t intervals): " + "; ".join(
+        f"{t['form'].replace('fedals_cd', 'CD')}: {t['measured']}: {t['verdict']}" for t in res["table"])
+        + f"\nmonotone in depth on {sum(pp['increasing_with_depth'])}/{res['seeds']} seeds per parameter")
     return fig
 
 
 def main(argv=None):
     return common.run_script(NAME, compute, __doc__, argv, plot,
-                             lambda res: f"{res['verdict']} test acc {res['test_acc']}")
+                             lambda res: f"{res['summary']}; test acc {res['test_acc']}")
 
 
 if __name__ == "__main__":

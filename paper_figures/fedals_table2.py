@@ -9,7 +9,10 @@ alpha = 100.
 
 QUICK: digits, the 4-layer MLP (phi = fc1-fc3, h = fc4), 5 clients x 2 classes, tau = 5, 600 rounds (3,000 local
 steps), alpha in {1, 5, 10, 25, 50}, 3 seeds; parameters sent are counted by the trainer's own rule
-(fedals_table2_comm.py recomputes the paper's column for ResNet-20). FULL: ResNet-20 on CIFAR-10.
+(fedals_table2_comm.py recomputes the paper's column for ResNet-20). FULL: ResNet-20 on CIFAR-10. One rule
+(paper_figures/verdict.py), seed-paired: alpha = 10 above FedAvg ("we initially witness an enhancement"), and past
+the threshold no gain: the best of alpha 25 and 50 not above the best of 5 and 10 by more than 0.5 points ("ceases
+to contribute to performance improvement", an equivalence margin). Comparisons: 2.
 
     python paper_figures/fedals_table2.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -24,6 +27,7 @@ from fedlab_analysis.plots import figure
 from fedlab_analysis.trainers.algorithms import fedals_floats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
+from paper_figures import verdict as V  # noqa: E402
 from paper_figures.fedals_table2_comm import PAPER as PAPER_COMM  # noqa: E402
 
 NAME = "fedals_table2"
@@ -58,26 +62,31 @@ PAPER = {a: (*acc, PAPER_COMM[a]) for a, acc in {1: (0.4651, 0.0071), 5: (0.5201
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
     base = DEFS[common.tier_of(tier)]
     ALPHAS = alphas(tier)
-    acc = {a: [r["test_acc"] for r in common.train_seeds({**base, "alpha": a}, seeds, out_root, tier)]
-           for a in ALPHAS}
+    runs = {a: common.train_seeds({**base, "alpha": a}, seeds, out_root, tier) for a in ALPHAS}
+    acc = {a: [r["test_acc"] for r in runs[a]] for a in ALPHAS}
     from fedlab_analysis.trainers.engine import Run
     run = Run(common.config({**base, "alpha": 1}, 0, tier))           # the layer table with its phi/h groups
     comm = {a: fedals_floats(run.space, a, base["rounds"]) for a in ALPHAS}
-    diffs = np.array([acc[10]]) - np.array([acc[1]])                  # paired by seed
-    peak = max((5, 10), key=lambda a: np.mean(acc[a]))
-    ends = max((1, 50), key=lambda a: np.mean(acc[a]))
-    umargin = np.array(acc[peak]) - np.array(acc[ends])
+    m = {a: np.mean(acc[a]) for a in ALPHAS}
+    table = []
+    v = V.decide(common.CLAIMS["fedals.t2.beats"], np.subtract(acc[10], acc[1]), runs[10] + runs[1])
+    table.append(common.row("fedals.t2.beats", "alpha = 10 above FedAvg (alpha = 1)", V.fmt(v, 100, " points"), v))
+    peaks, pasts = [a for a in (5, 10) if a in ALPHAS], [a for a in (25, 50) if a in ALPHAS]
+    label = (f"no gain past the threshold: alpha = best of {', '.join(map(str, pasts))} minus alpha = best of "
+             f"{', '.join(map(str, peaks))}")
+    if peaks and pasts:
+        peak, past = max(peaks, key=m.get), max(pasts, key=m.get)
+        v = V.decide(common.CLAIMS["fedals.t2.ceases"], np.subtract(acc[past], acc[peak]), runs[past] + runs[peak])
+        table.append(common.row("fedals.t2.ceases", f"{label} ({past} minus {peak})",
+                                f"{V.fmt(v, 100, ' points')} (margin 0.5 points)", v))
+    else:
+        table.append(common.not_in_tier("fedals.t2.ceases", label, [f"alpha {a}" for a in (5, 10, 25, 50)
+                                                                    if a not in ALPHAS], tier))
     res = {"config": common.config(base, 0, tier).to_dict(), "alphas": list(ALPHAS), "seeds": seeds,
            "test_acc": {str(a): v for a, v in acc.items()},
            "mean_std": {str(a): common.mean_std(v) for a, v in acc.items()},
            "comm_per_client": {str(a): v for a, v in comm.items()},
-           "paper": {str(a): v for a, v in PAPER.items()},
-           "claims": {
-               "alpha10_beats_fedavg": {"effect": common.mean_std(diffs[0]),
-                                        "verdict": common.verdict(*common.mean_std(diffs[0]))},
-               "inverted_u": {"peak": peak, "best_end": ends, "effect": common.mean_std(umargin),
-                              "verdict": common.verdict(*common.mean_std(umargin))}}}
-    res["verdict"] = res["claims"]["alpha10_beats_fedavg"]["verdict"]
+           "paper": {str(a): v for a, v in PAPER.items()}, "table": table, **common.finish(table)}
     return res
 
 
@@ -104,17 +113,14 @@ def plot(res: dict):
     fig.suptitle(f"FedALS Table 2 — FedALS tau={c['tau']}, {c['clients']} clients x 2 classes, {c['model']} on "
                  f"{c['dataset']}, {c['rounds']} rounds", fontsize=10)
     fig.tight_layout()
-    cl = res["claims"]
-    e, u = cl["alpha10_beats_fedavg"]["effect"], cl["inverted_u"]["effect"]
-    common.annotate_verdict(fig, f"FedALS alpha=10 beats FedAvg: {cl['alpha10_beats_fedavg']['verdict']} "
-                                 f"(acc difference {e[0]:+.3f} ± {e[1]:.3f}); inverted U peaking at alpha 5-10: "
-                                 f"{cl['inverted_u']['verdict']} ({u[0]:+.3f} ± {u[1]:.3f})")
+    common.annotate_verdict(fig, f"{res['summary']} (95% t intervals)\n" + "; ".join(
+        f"{t['row']}: {t['measured']}: {t['verdict']}" for t in res["table"]))
     return fig
 
 
 def main(argv=None):
     return common.run_script(NAME, compute, __doc__, argv, plot,
-                             lambda res: ({k: v["verdict"] for k, v in res["claims"].items()}, res["mean_std"]))
+                             lambda res: (res["summary"], res["mean_std"]))
 
 
 if __name__ == "__main__":

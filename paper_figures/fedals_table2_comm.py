@@ -6,7 +6,8 @@ representation phi (every conv layer) every alpha * tau, so a client sends (T / 
 parameters: 2.344B at alpha = 1 (FedAvg), 0.473B / 0.239B / 0.099B / 0.052B / 0.029B at alpha = 5 / 10 / 25 /
 50 / 100. Recomputed here from the toolkit's ResNet-20 layer table and the trainer's own count (``fedals_floats``)
 with T / tau = 2.344e9 / |theta| head synchronisations (FedAvg's entry fixes T). Nothing is trained, so this runs
-in a second: it is also the figure the tests regenerate and compare with the committed JSON.
+in a second: it is also the figure the tests regenerate and compare with the committed JSON. An exact check
+(paper_figures/verdict.py); comparisons: 1.
 
     python paper_figures/fedals_table2_comm.py
 """
@@ -20,6 +21,7 @@ from fedlab_analysis.plots import figure
 from fedlab_analysis.trainers.algorithms import fedals_floats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
+from paper_figures import verdict as V  # noqa: E402
 
 NAME = "fedals_table2_comm"
 PAPER = {1: 2.344e9, 5: 0.473e9, 10: 0.239e9, 25: 0.099e9, 50: 0.052e9, 100: 0.029e9}   # Table 2, last column
@@ -39,8 +41,11 @@ def compute() -> dict:
     rel = {a: resnet["per_alpha"][a] / PAPER[a] - 1 for a in PAPER}
     printed = {a: round(resnet["per_alpha"][a] / 1e9, 3) for a in PAPER}     # the paper prints 3 decimals of 1e9
     same = all(printed[a] == round(PAPER[a] / 1e9, 3) for a in PAPER)
+    table = [common.row("fedals.t2.comm", "(T/tau)(|h| + |phi|/alpha) gives Table 2's column at its 3 printed "
+                        "decimals of 1e9", f"largest relative gap {max(abs(r) for r in rel.values()):.1e}",
+                        V.exact(common.CLAIMS["fedals.t2.comm"], same, 0, printed))]
     return {"paper": PAPER, "head_syncs": syncs, "resnet20": resnet, "rel_err": rel, "printed_B": printed,
-            "max_rel_err": max(abs(r) for r in rel.values()), "verdict": common.verdict(None, 0, same)}
+            "max_rel_err": max(abs(r) for r in rel.values()), "table": table, **common.finish(table)}
 
 
 def plot(res: dict):
@@ -54,7 +59,7 @@ def plot(res: dict):
            title="FedALS Table 2 — communicated parameters, tau = 5")
     ax.legend(fontsize=7, loc="lower left")                 # the column falls from top left: corner is free
     fig.tight_layout()
-    common.annotate_verdict(fig, f"(T/tau)(|h| + |phi|/alpha) gives the paper's column: {res['verdict']} "
+    common.annotate_verdict(fig, f"{res['table'][0]['verdict']}: (T/tau)(|h| + |phi|/alpha) gives the paper's column "
                                  f"(equal at the paper's 3 printed decimals of 1e9; largest relative gap "
                                  f"{res['max_rel_err']:.1e}, from that rounding)")
     return fig
@@ -62,7 +67,7 @@ def plot(res: dict):
 
 def main(argv=None):
     return common.run_script(NAME, lambda seeds, tier: compute(), __doc__, argv, plot,
-                             lambda res: f"{res['verdict']} max rel. error {res['max_rel_err']:.1e}")
+                             lambda res: f"{res['summary']}; max rel. error {res['max_rel_err']:.1e}")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
-"""FedCM: client momentum shrinks the dispersion of the clients' local models by about alpha^2.
+"""FedCM: how the dispersion of the clients' local models depends on the momentum weight alpha.
 
 Paper: Xu et al., "FedCM: Federated Learning with Client-level Momentum" (2021), Sec. 4 (Algorithm 2, line 8:
-v = alpha g + (1 - alpha) Delta_t): the shared Delta_t is the same for every client, so only alpha g moves clients
-apart, and the drift term of the analysis (App. B, Lemma B.8) carries alpha^2. The theory checks verify the alpha^2
-law on quadratics; here it is measured on the trained network.
+v = alpha g + (1 - alpha) Delta_t) and App. B, Lemma B.8: the client drift is bounded by
+3 K eta_l^2 [6 alpha K sigma_g^2 + 6 alpha K G^2 + 2 (1 - alpha) K E||Delta_t||^2 + alpha^2 sigma_l^2]. The
+heterogeneity terms are linear in alpha, only the minibatch-noise term carries alpha^2, and the bound is an upper
+bound: the paper does not say the drift falls as alpha^2. The shared Delta_t is the same for every client, so it
+cancels from the dispersion around the clients' mean, and the same argument bounds that dispersion by terms of
+order alpha (heterogeneity) and alpha^2 (noise): as alpha -> 0 it falls at least linearly. That consequence is
+what is checked: the log-log slope of the dispersion in alpha is at least 1 (claim fedcm.b8, effect 1 - slope,
+margin 0.1: "reproduced" when the slope's interval lies above 0.9, "opposite" when it lies below).
 
 Measured: from each trained FedCM (alpha 0.1) checkpoint of the Table 3 sweep (3 seeds), one more round with
 alpha replaced by each value of a grid, from the same state (w, Delta), the same clients and the same minibatches;
-the dispersion (1/n) sum_i ||x_i - mean_j x_j||^2 of the final local models, divided by alpha = 1's. The claim holds
-when the log-log slope over alpha <= 0.4 is 2 within 0.2; measured with each client's own K_i (local epochs, as
-trained) and with every client taking K = 8 steps (the analysis's setting).
+the dispersion (1/n) sum_i ||x_i - mean_j x_j||^2 of the final local models, divided by alpha = 1's; the log-log
+slope over alpha <= 0.4, per seed; with each client's own K_i (local epochs, as trained) and with every client
+taking K = 8 steps (the analysis's setting). Comparisons: 2.
 
     python paper_figures/fedcm_dispersion.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -22,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 from paper_figures import fedcm_table3_alpha as T3                      # noqa: E402
 
 NAME = "fedcm_dispersion"
@@ -57,23 +63,22 @@ def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
     runs = T3.runs(0.1, seeds, tier)                 # the Table 3 sweep's alpha = 0.1 runs (cached there)
     fit = np.array(GRID) <= FIT
-    ratio, slopes, table, verdicts = {}, {}, [], {}
+    ratio, slopes, small, table = {}, {}, {}, []
     for case, steps in CASES.items():
         disp = np.array([[one_round(r["run_dir"], a, steps) for a in GRID] for r in runs])      # [seed, alpha]
         ratio[case] = disp / disp[:, -1:]
         slopes[case] = [float(np.polyfit(np.log(GRID)[fit], np.log(r[fit]), 1)[0]) for r in ratio[case]]
-        m, s = C.mean_std(slopes[case])
-        v = verdicts[case] = C.verdict(m, s, paper_claim_holds=abs(m - 2) <= 0.2)
-        table.append({"row": f"dispersion falls as alpha^2, {case}", "paper": "slope 2",
-                      "measured": f"slope {m:.2f} ± {s:.2f} over alpha <= {FIT}", "verdict": v})
-        verdicts[f"{case}/smallest_pair_slope"] = C.mean_std(np.log(ratio[case][:, 1] / ratio[case][:, 0])
-                                                            / np.log(GRID[1] / GRID[0]))
-    verdicts["overall"] = C.overall(verdicts[c] for c in CASES)
-    data = {"claim": "FedCM: client momentum shrinks the dispersion of local models by about alpha^2",
+        v = V.decide(C.CLAIMS["fedcm.b8"], 1 - np.array(slopes[case]), runs)
+        m, lo, hi = V.interval(slopes[case])
+        table.append(C.row("fedcm.b8", f"dispersion falls at least linearly in alpha (slope >= 1), {case}",
+                           f"slope {m:.2f} [{lo:.2f}, {hi:.2f}] over alpha <= {FIT} ({len(runs)} seeds)", v,
+                           case=case))
+        small[case] = C.mean_std(np.log(ratio[case][:, 1] / ratio[case][:, 0]) / np.log(GRID[1] / GRID[0]))
+    data = {"claim": "FedCM Lemma B.8: the drift bound is of order alpha (heterogeneity) + alpha^2 (noise), so the "
+                     "clients' dispersion falls at least linearly in alpha",
             "seeds": seeds, "grid": list(GRID), "ratio_to_alpha1": {k: v.tolist() for k, v in ratio.items()},
-            "slopes": slopes, "table": table, "verdict": verdicts,
+            "slopes": slopes, "smallest_pair_slope": small, "table": table, **C.finish(table),
             "test_acc": C.mean_std([r["test_acc"] for r in runs])}
-    v = verdicts["overall"]
 
     fig, ax = C.plots.figure(w=7.0, h=4.6)
     a = ax[0, 0]
@@ -81,7 +86,8 @@ def compute(seeds=3, tier="quick"):
         for i, r in enumerate(ratio[case]):
             a.plot(GRID, r, ls, color=f"C{i}", ms=4, label=f"{case}, seed {seeds[i]}: slope {slopes[case][i]:.2f}")
     g = np.array(GRID)
-    a.plot(g, g ** 2, "k--", lw=1, label="alpha^2")
+    a.plot(g, g, "k--", lw=1, label="alpha (the bound's order)")
+    a.plot(g, g ** 2, "k:", lw=1, label="alpha^2")
     a.set(xscale="log", yscale="log", xlabel="alpha (one round, same state and minibatches)",
           ylabel="dispersion / dispersion at alpha = 1")
     a.legend(fontsize=7, loc="lower right")                 # the data run along the diagonal
@@ -90,10 +96,10 @@ def compute(seeds=3, tier="quick"):
                  fontsize=9)
     fig.tight_layout()
     c0 = next(iter(CASES))
-    m0 = verdicts[f"{c0}/smallest_pair_slope"][0]
-    C.annotate_verdict(fig, f"{v}: " + "; ".join(f"{t['row'].split(', ')[1]}: {t['measured']}" for t in table)
-                       + f" (paper: 2);\nthe slope nears 2 only as alpha -> 0 ({m0:.2f} between alpha = {GRID[0]} "
-                         f"and {GRID[1]}): alpha^2 is a first-order law in alpha eta K")
+    C.annotate_verdict(fig, f"{data['summary']} (95% t intervals): " + "; ".join(
+        f"{t['case']}: {t['measured']}: {t['verdict']}" for t in table)
+        + f"\nLemma B.8 bounds the drift by order alpha (heterogeneity) + alpha^2 (noise); the slope between alpha = "
+          f"{GRID[0]} and {GRID[1]} is {small[c0][0]:.2f}")
     return data, fig
 
 

@@ -6,7 +6,7 @@ the Dirichlet 0.6 split", which the paper attributes to client drift, while FedC
 
 Measured on the QUICK base at Dirichlet 0.6, 3 seeds, FedAdam (server lr 0.1, beta1 0.9, beta2 0.99, eps 0.01),
 FedCM (alpha 0.1) and FedAvg: the back-and-forth of the test-accuracy curve over the last half of training
-(``fedcm_table3_alpha.wobble``), FedAdam against FedCM seed by seed.
+(``fedcm_table3_alpha.wobble``), FedAdam against FedCM seed by seed (paper_figures/verdict.py). Comparisons: 1.
 
     python paper_figures/fedcm_fedadam_oscillation.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 from paper_figures.fedcm_table3_alpha import wobble                     # noqa: E402
 
 NAME = "fedcm_fedadam_oscillation"
@@ -44,15 +45,13 @@ def compute(seeds=3, tier="quick"):
            for a, (_, ov) in ALGOS.items()}
     osc = {a: np.array([wobble(r["rows"]) for r in res[a]]) for a in ALGOS}
     acc = {a: C.mean_std([r["test_acc"] for r in res[a]]) for a in ALGOS}
-    m, s = C.mean_std(osc["fedadam"] - osc["fedcm"])
-    v = C.verdict(m, s)
-    verdicts = {"fedadam_oscillates_more_than_fedcm": v, "overall": v}
-    table = [{"row": "FedAdam's accuracy curve oscillates more than FedCM's", "paper": "yes (Figs. 2-3)",
-              "measured": f"back-and-forth {100 * osc['fedadam'].mean():.2f} vs {100 * osc['fedcm'].mean():.2f} "
-                          f"points/round (difference {100 * m:+.2f} ± {100 * s:.2f})", "verdict": v}]
+    v = V.decide(C.CLAIMS["fedcm.fig23.fedadam"], osc["fedadam"] - osc["fedcm"], res["fedadam"] + res["fedcm"])
+    table = [C.row("fedcm.fig23.fedadam", "FedAdam's accuracy curve oscillates more than FedCM's",
+                   f"back-and-forth {100 * osc['fedadam'].mean():.2f} vs {100 * osc['fedcm'].mean():.2f} "
+                   f"points/round (difference {V.fmt(v, 100)})", v)]
     setting = C.setting(tier, dir_alpha=HP["dir_alpha"])
     data = {"claim": "FedCM Figs. 2-3: FedAdam's test-accuracy curves oscillate, FedCM's are stable",
-            "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
+            "setting": setting, "seeds": seeds, "table": table, **C.finish(table),
             "oscillation": {a: osc[a].tolist() for a in ALGOS}, "test_acc": acc}
 
     fig, ax = C.plots.figure(ncols=2, w=4.4, h=3.3)
@@ -71,7 +70,7 @@ def compute(seeds=3, tier="quick"):
     ax[0, 1].set(ylabel="back-and-forth (points / round)", title="oscillation over the last half")
     fig.suptitle(f"FedCM Figs. 2-3 at small scale: {setting}", fontsize=9)
     fig.tight_layout()
-    C.annotate_verdict(fig, f"{v}: {table[0]['row']} — {table[0]['measured']}")
+    C.annotate_verdict(fig, f"{v['verdict']}: {table[0]['row']} — {table[0]['measured']} (95% t interval)")
     return data, fig
 
 

@@ -9,7 +9,8 @@ Measured: FedCM (alpha 0.1) for 5 rounds of the QUICK base in float64, 3 seeds. 
 minibatch gradient at the point where it was taken (the engine draws minibatches from (seed, round, client), so it
 is the same minibatch) and checks the lemma every round by its relative error. FedCM with alpha = 1 and FedAvg run
 from the same seed: the largest absolute difference of their global models after every round (0 means bit for
-bit). Both hold when the error is below 1e-12.
+bit). Both are exact checks (paper_figures/verdict.py): reproduced when the error is below 1e-12, else violated.
+Comparisons: 2.
 
     python paper_figures/fedcm_identities.py [--seeds 3]
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 
 NAME = "fedcm_identities"
 ROUNDS, ALPHA, TOL = 5, 0.1, 1e-12     # an exact identity: checked on the QUICK network in every tier
@@ -69,18 +71,16 @@ def compute(seeds=3, tier="quick"):
     lem = {s: lemma41(s, tier) for s in seeds}
     ide = {s: alpha1(s, tier) for s in seeds}
     worst_l, worst_i = max(max(v) for v in lem.values()), max(max(v) for v in ide.values())
-    verdicts = {"lemma_4.1": C.verdict(worst_l, paper_claim_holds=worst_l < TOL),
-                "alpha1_is_fedavg": C.verdict(worst_i, paper_claim_holds=worst_i < TOL)}
-    verdicts["overall"] = C.overall([verdicts["lemma_4.1"], verdicts["alpha1_is_fedavg"]])
-    table = [{"row": "Lemma 4.1: Delta_{t+1} = alpha Delta~_t + (1 - alpha) Delta_t", "paper": "exact",
-              "measured": f"max relative error {worst_l:.1e} over {ROUNDS} rounds x {len(seeds)} seeds",
-              "verdict": verdicts["lemma_4.1"]},
-             {"row": "FedCM(alpha = 1) = FedAvg", "paper": "exact",
-              "measured": f"max |w difference| {worst_i:.1e} over {ROUNDS} rounds x {len(seeds)} seeds",
-              "verdict": verdicts["alpha1_is_fedavg"]}]
+    n = len(seeds)
+    table = [C.row("fedcm.lemma41", "Lemma 4.1: Delta_{t+1} = alpha Delta~_t + (1 - alpha) Delta_t",
+                   f"max relative error {worst_l:.1e} over {ROUNDS} rounds x {n} seeds (tolerance {TOL:g})",
+                   V.exact(C.CLAIMS["fedcm.lemma41"], worst_l < TOL, n, worst_l)),
+             C.row("fedcm.alpha1", "FedCM(alpha = 1) = FedAvg",
+                   f"max |w difference| {worst_i:.1e} over {ROUNDS} rounds x {n} seeds (tolerance {TOL:g})",
+                   V.exact(C.CLAIMS["fedcm.alpha1"], worst_i < TOL, n, worst_i))]
     data = {"claim": "FedCM Lemma 4.1 (Delta_t is an EMA of the client gradients) and alpha = 1 is FedAvg",
             "seeds": seeds, "rounds": ROUNDS, "alpha": ALPHA, "tolerance": TOL, "table": table,
-            "verdict": verdicts, "lemma41_rel_error": {str(s): v for s, v in lem.items()},
+            **C.finish(table), "lemma41_rel_error": {str(s): v for s, v in lem.items()},
             "alpha1_max_abs_diff": {str(s): v for s, v in ide.items()}}
 
     fig, ax = C.plots.figure(w=5.4, h=3.2)
@@ -93,8 +93,8 @@ def compute(seeds=3, tier="quick"):
     a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle("FedCM Lemma 4.1 and the alpha = 1 identity on the QUICK network", fontsize=9)
     fig.tight_layout()
-    C.annotate_verdict(fig, f"{verdicts['overall']}: " + "; ".join(f"{t['row']}: {t['measured']}" for t in table[:1])
-                       + f";\n{table[1]['row']}: {table[1]['measured']}")
+    C.annotate_verdict(fig, f"{data['summary']} (exact checks)\n" + "\n".join(
+        f"{t['row']}: {t['measured']}: {t['verdict']}" for t in table))
     return data, fig
 
 

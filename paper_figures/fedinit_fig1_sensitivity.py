@@ -8,6 +8,10 @@ quickly" above a threshold.
 QUICK: FedInit (Algorithm 1) on digits with an MLP, 20 clients, Dirichlet 0.1, 20% per round, 40 rounds;
 (a) K in {1, 3, 10, 30} local steps at beta = 0.1, (b) beta in {0, 0.1, 0.3, 0.6, 1, 1.5, 3} at K = 10;
 3 seeds. Accuracy = mean test accuracy of the last 10 rounds. FULL: ResNet-18-GN on CIFAR-10, 10% of 100.
+One rule (paper_figures/verdict.py): (a) the best interior K above the better end; (b) beta in {0.1, 0.3, 0.6}
+loses at most 2 points to beta = 0 ("stable within its valid range", an equivalence margin), beta in {1, 1.5, 3}
+falls below beta = 0 ("diverge quickly"); a run that went non-finite makes its row "diverged", with the count.
+Comparisons: 1 + 3 + 3 = 7.
 
     python paper_figures/fedinit_fig1_sensitivity.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -21,6 +25,7 @@ import numpy as np
 from fedlab_analysis.plots import figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
+from paper_figures import verdict as V  # noqa: E402
 
 NAME = "fedinit_fig1_sensitivity"
 # the FedInit QUICK setting shared by the FedInit scripts: FedAvg reaches ~0.95 test accuracy here
@@ -57,63 +62,75 @@ def late_acc(run: dict, last: int = 10) -> float:
     return float(np.mean([r["test_acc"] for r in run["rows"][-last:]]))
 
 
-def sweep(overrides: list[dict], seeds, tier, out_root) -> tuple[list[list[float]], list[list[bool]]]:
-    """Late accuracy [setting, seed], and whether each run went non-finite: a run that diverges is a data point
-    of this figure, so it goes on (--on-divergence continue) and its rounds are marked."""
+def sweep(overrides: list[dict], seeds, tier, out_root) -> tuple[list[list[float]], list[list[bool]], list]:
+    """Late accuracy [setting, seed], whether each run went non-finite, and the run dicts: a run that diverges is a
+    data point of this figure, so it goes on (--on-divergence continue) and its rounds are marked."""
     base = {**DEFS[common.tier_of(tier)], "on_divergence": "continue"}
     runs = [common.train_seeds({**base, **o}, seeds, out_root, tier, tag=common.main_tag(tier))
             for o in overrides]
     return ([[late_acc(r) for r in rs] for rs in runs],
-            [[any("diverged" in row for row in r["rows"]) for r in rs] for rs in runs])
+            [[any("diverged" in row for row in r["rows"]) or bool(r["diverged"]) for r in rs] for rs in runs],
+            runs)
+
+
+STABLE, LARGE = (0.1, 0.3, 0.6), (1.0, 1.5, 3.0)     # "stable within its valid range" / "larger than the threshold"
 
 
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
     k_key, KS, BETAS = grids(tier)
-    acc_k, _ = sweep([{k_key: k} for k in KS], seeds, tier, out_root)
-    acc_b, nonfinite = sweep([{"beta": b} for b in BETAS], seeds, tier, out_root)
-    acc_k, acc_b = np.nan_to_num(np.array(acc_k)), np.nan_to_num(np.array(acc_b))   # [K | beta, seed]
-    i = 1 + int(np.argmax(acc_k[1:-1].mean(1)))                       # best interior K
-    edge = acc_k[[0, -1]][np.argmax(acc_k[[0, -1]].mean(1))]           # the better end
-    rise_fall = common.mean_std(acc_k[i] - edge)
-    m = acc_b.mean(1)
-    stable = [b for b, a in zip(BETAS, m) if a >= m[0] - 0.02]          # no more than 2 points worse
-    diverged = [b for b, a in zip(BETAS, m) if a < m[0] - 0.10]
-    flat_then_diverge = bool(diverged) and len(stable) >= 2 and all(b in stable for b in BETAS if b < min(diverged))
+    acc_k, nf_k, runs_k = sweep([{k_key: k} for k in KS], seeds, tier, out_root)
+    acc_b, nonfinite, runs_b = sweep([{"beta": b} for b in BETAS], seeds, tier, out_root)
+    # a diverged run's accuracy is NaN: the rule reports it as "diverged", never as a number
+    acc_k = np.where(np.array(nf_k), np.nan, np.array(acc_k, dtype=float))           # [K, seed]
+    acc_b = np.where(np.array(nonfinite), np.nan, np.array(acc_b, dtype=float))      # [beta, seed]
+    table = []
+    means = np.nanmean(acc_k, 1) if np.isfinite(acc_k).any() else np.zeros(len(KS))
+    i = 1 + int(np.argmax(means[1:-1]))                                  # best interior K (by mean)
+    e = [0, len(KS) - 1][int(np.argmax(means[[0, -1]]))]                 # the better end
+    v = V.decide(common.CLAIMS["fedinit.fig1.k"], acc_k[i] - acc_k[e], runs_k[i] + runs_k[e])
+    table.append(common.row("fedinit.fig1.k", f"K = {KS[i]} (best interior) above K = {KS[e]} (better end)",
+                            V.fmt(v, 100, " points"), v, best_K=KS[i]))
+    b0 = BETAS.index(0.0)
+    for b in STABLE + LARGE:
+        cid = "fedinit.fig1.stable" if b in STABLE else "fedinit.fig1.diverges"
+        what = "loses at most 2 points to" if b in STABLE else "falls below"
+        if b not in BETAS:
+            table.append(common.not_in_tier(cid, f"beta = {b:g} {what} beta = 0", [f"beta {b:g}"], tier, beta=b))
+            continue
+        j = BETAS.index(b)
+        v = V.decide(common.CLAIMS[cid], acc_b[b0] - acc_b[j], runs_b[b0] + runs_b[j])
+        table.append(common.row(cid, f"beta = {b:g} {what} beta = 0", f"accuracy lost {V.fmt(v, 100, ' points')}"
+                                + (f"; {v['note']}" if v["verdict"] == V.DIVERGED else ""), v, beta=b))
     return {"config": common.config(DEFS[common.tier_of(tier)], 0, tier).to_dict(), "seeds": seeds,
             "K": list(KS), "acc_K": acc_k.tolist(), "beta": list(BETAS), "acc_beta": acc_b.tolist(),
             "nonfinite_runs": {str(b): int(sum(n)) for b, n in zip(BETAS, nonfinite)},
-            "claims": {"optimal_interior_K": {"best_K": KS[i], "effect": rise_fall,
-                                              "verdict": common.verdict(*rise_fall)},
-                       "flat_then_diverges": {"stable_betas": stable, "diverged_betas": diverged,
-                                              "verdict": common.verdict(None, 0, flat_then_diverge)}},
-            "verdict": common.verdict(*rise_fall)}
+            "table": table, **common.finish(table)}
 
 
 def plot(res: dict):
     fig, ax = figure(ncols=2, w=4.4, h=3.3)
     for j, (x, key, lab) in enumerate([(res["K"], "acc_K", "local steps K"), (res["beta"], "acc_beta", "beta")]):
-        a = np.array(res[key])
-        ax[0, j].errorbar(x, a.mean(1), yerr=a.std(1, ddof=1), fmt="o-", capsize=3)
+        a = np.array(res[key], dtype=float)                          # NaN: a diverged run (left out of the mean)
+        ax[0, j].errorbar(x, np.nanmean(a, 1), yerr=np.nanstd(a, 1, ddof=1), fmt="o-", capsize=3)
         ax[0, j].set(xlabel=lab, ylabel="test accuracy (last 10 rounds)", xscale="log" if j == 0 else "linear",
                      title=f"({'ab'[j]}) accuracy vs {lab}")
+    for b, n in res["nonfinite_runs"].items():                       # diverged runs are marked, never dropped
+        if n:
+            ax[0, 1].annotate(f"{n} of {len(res['acc_beta'][0])}\ndiverged", (float(b), np.nanmin(res["acc_beta"])),
+                              ha="center", va="bottom", fontsize=7, color="C3")
     c = res["config"]
     fig.suptitle(f"FedInit Fig. 1 — FedInit on {c['dataset']} ({c['model']}), {c['clients']} clients at "
                  f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, {c['rounds']} rounds, mean ± std over "
                  f"{res['seeds']} seeds", fontsize=9.5)
     fig.tight_layout()
-    k, b = res["claims"]["optimal_interior_K"], res["claims"]["flat_then_diverges"]
-    common.annotate_verdict(fig, f"an interior K is best: {k['verdict']} (K={k['best_K']}, "
-                                 f"{k['effect'][0]:+.3f} ± {k['effect'][1]:.3f} over the better end); flat in beta, "
-                                 f"then diverges: {b['verdict']} (at most 2 points below beta=0: {b['stable_betas']}; "
-                                 f"10+ points worse: {b['diverged_betas']}); runs whose loss went non-finite: "
-                                 + (", ".join(f"beta={k} ({n} of {res['seeds']})" for k, n in
-                                              res["nonfinite_runs"].items() if n) or "none"))
+    nf = ", ".join(f"beta={k} ({n} of {len(res['acc_beta'][0])})" for k, n in res["nonfinite_runs"].items() if n)
+    common.annotate_verdict(fig, f"{res['summary']} (95% t intervals)\n" + "; ".join(
+        f"{t['row']}: {t['verdict']}" for t in res["table"]) + f"\nruns whose loss went non-finite: {nf or 'none'}")
     return fig
 
 
 def main(argv=None):
-    return common.run_script(NAME, compute, __doc__, argv, plot,
-                             lambda res: {k: v["verdict"] for k, v in res["claims"].items()})
+    return common.run_script(NAME, compute, __doc__, argv, plot, lambda res: res["summary"])
 
 
 if __name__ == "__main__":

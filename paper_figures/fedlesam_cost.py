@@ -10,7 +10,8 @@ Measured by counting, not timing: the engine's gradient passes (run.n_grads) ove
 the same seed (the same clients, the same local steps); the floats each active client receives and sends per round
 (metrics floats_down / floats_up, in model sizes P; the table's "communication" is read as the larger direction);
 the client memory as 1 (the model) + the per-client state the algorithm keeps (floats_stored_per_client / P).
-Counts do not depend on the seed; 3 seeds confirm it.
+Counts do not depend on the seed; 3 seeds confirm it. Each cell is an exact check (reproduced or violated);
+comparisons: 8 methods x 3 columns = 24.
 
     python paper_figures/fedlesam_cost.py [--seeds 3]
 """
@@ -23,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 
 NAME = "fedlesam_cost"
 # Table 7: (stored memory, communication, backpropagation) multipliers of FedAvg's
@@ -49,7 +51,7 @@ def counts(algo: str, seed: int, tier="quick") -> dict:
 def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
     raw = {a: [counts(a, s, tier) for s in seeds] for a in PAPER}
-    meas, table, verdicts = {}, [], {}
+    meas, table = {}, []
     for a, (name, *paper) in PAPER.items():
         back = {raw[a][i]["n_grads"] / raw["fedavg"][i]["n_grads"] for i in range(len(seeds))}
         comm = {max(c["down"], c["up"]) for c in raw[a]}
@@ -57,14 +59,13 @@ def compute(seeds=3, tier="quick"):
         assert len(back) == len(comm) == len(mem) == 1, f"{a}: counts differ between seeds"
         meas[a] = dict(zip(ROWS, (mem.pop(), comm.pop(), back.pop())))
         for row, p in zip(ROWS, paper):
-            v = verdicts[f"{row}/{a}"] = C.verdict(None, paper_claim_holds=bool(np.isclose(meas[a][row], p)))
-            table.append({"row": f"{name} {row}", "paper": f"{p}x", "measured": f"{meas[a][row]:g}x", "verdict": v})
-    for row in ROWS:
-        verdicts[row] = C.overall(verdicts[f"{row}/{a}"] for a in PAPER)
-    verdicts["overall"] = verdicts["backprop"]          # the claim this table is about: one backward pass
+            v = V.exact(C.CLAIMS["fedlesam.t7.cost"], bool(np.isclose(meas[a][row], p)), len(seeds), meas[a][row])
+            table.append(C.row("fedlesam.t7.cost", f"{name} {row}", f"{meas[a][row]:g}x (paper {p}x)", v,
+                               algo=a, what=row))
     data = {"claim": "FedLESAM Table 7: FedLESAM(-S/-D) need one backward pass per local step, as FedAvg; the other "
-                     "SAM methods need two", "seeds": seeds, "rounds": ROUNDS, "table": table,
-            "verdict": verdicts, "measured": meas, "per_round_down_up_stored": raw}
+                     "SAM methods need two", "seeds": seeds, "rounds": ROUNDS, "table": table, **C.finish(table),
+            "by_row": {row: V.summary([t for t in table if t["what"] == row]) for row in ROWS},
+            "measured": meas, "per_round_down_up_stored": raw}
 
     fig, ax = C.plots.figure(ncols=3, w=3.4, h=3.2)
     names = [PAPER[a][0] for a in PAPER]
@@ -80,10 +81,10 @@ def compute(seeds=3, tier="quick"):
     fig.suptitle("FedLESAM Table 7 by counting (engine gradient passes, floats sent and kept per client)",
                  fontsize=9)
     fig.tight_layout()
-    miss = lambda row: [PAPER[a][0] for a in PAPER if verdicts[f"{row}/{a}"] != "reproduced"]   # noqa: E731
-    head = ("backward passes match Table 7 for all 8 methods" if verdicts["backprop"] == "reproduced"
-            else f"backward passes differ for {', '.join(miss('backprop'))}")
-    C.annotate_verdict(fig, f"{verdicts['overall']}: {head}\ncommunication differs for "
+    miss = lambda row: [PAPER[a][0] for a in PAPER if next(t for t in table if t["algo"] == a and   # noqa: E731
+                                                             t["what"] == row)["verdict"] != "reproduced"]
+    C.annotate_verdict(fig, f"{data['summary']} (exact counts)\nbackward passes differ for "
+                            f"{', '.join(miss('backprop')) or 'none'}; communication differs for "
                             f"{', '.join(miss('communication')) or 'none'}; memory (1 + per-client state) differs "
                             f"for {', '.join(miss('memory')) or 'none'}")
     return data, fig

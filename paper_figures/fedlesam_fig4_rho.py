@@ -6,8 +6,13 @@ rho and then drops sharply; FedLESAM-S beats FedAvg over a broad range of rho/et
 initialisation the best rho is about 0.1 eta_l.
 
 Measured: final test accuracy of FedLESAM-S on the QUICK base (Dirichlet 0.1, eta_l = 0.1) for rho/eta_l in
-10^-2 .. 10^2, 3 seeds; each rho's gain over FedAvg is seed-paired (same partition and client draws). "Rises then
-drops": the best mean accuracy lies strictly inside the grid and the largest rho is below it by more than one std.
+10^-2 .. 10^2, 3 seeds; each rho's gain over FedAvg is seed-paired (same partition and client draws), under the one
+rule of paper_figures/verdict.py. The paper states the range 10^-2 .. 10^2 for its pre-trained models (OfficeHome,
+DomainNet); from random initialisation, as here, it recommends rho about 0.1 eta_l and gives no range, so "beats
+FedAvg" is tested at rho/eta_l = 0.01, 0.1 and 1 and the two larger ratios are reported outside the paper's regime
+(no verdict). "Rises then drops": the best interior ratio (by mean) above the smallest and above the largest;
+"best about 0.1": no other ratio better than 0.1 by more than 0.5 points (ties count as 0.1 being best).
+Comparisons: 3 + 2 + 1 = 6.
 
     python paper_figures/fedlesam_fig4_rho.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -20,9 +25,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 
 NAME = "fedlesam_fig4_rho"
 RATIOS = (0.01, 0.1, 1.0, 10.0, 100.0)            # rho / eta_l
+IN_REGIME = (0.01, 0.1, 1.0)                      # from scratch; 10 and 100: the pre-trained models' range
 HP = dict(dir_alpha=0.1, lamb=0.1)
 # mnist tier: rho/eta_l in {0.01, 0.1, 1}: Sec. 6.3 states 10 and 100 for pre-trained models, not for training from
 # scratch, so they are dropped; 0.1 is the paper's best from scratch, 0.01 and 1 the points either side of it
@@ -43,32 +50,40 @@ def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
     lr = C.TIERS[C.tier_of(tier)]["lr"]
     RATIOS = ratios(tier)
-    acc = lambda ov: np.array([r["test_acc"] for r in C.train_seeds({**HP, **ov}, seeds, None, tier,  # noqa
-                                                                    tag=C.main_tag(tier))])
-    avg = acc({"algo": "fedavg"})
-    les = {q: acc({"algo": "fedlesam-s", "rho": q * lr}) for q in RATIOS}
-    table, verdicts = [], {}
-    for q in RATIOS:
-        m, s = C.mean_std(les[q] - avg)
-        v = verdicts[f"beats_fedavg/rho_over_eta={q:g}"] = C.verdict(m, s)
-        table.append({"row": f"FedLESAM-S beats FedAvg at rho/eta_l = {q:g}", "paper": "yes",
-                      "measured": f"{100 * m:+.2f} ± {100 * s:.2f} points", "gain": (m, s), "verdict": v})
-    means = [les[q].mean() for q in RATIOS]
-    best = int(np.argmax(means))
-    m, s = C.mean_std(les[RATIOS[best]] - les[RATIOS[-1]])
-    rise_drop = 0 < best < len(RATIOS) - 1 and m > s
-    verdicts["rises_then_drops"] = C.verdict(m, s, paper_claim_holds=bool(rise_drop))
-    table.append({"row": "accuracy rises with rho, then drops", "paper": "yes",
-                  "measured": f"best at rho/eta_l = {RATIOS[best]:g}; largest rho {100 * m:.2f} ± {100 * s:.2f} "
-                              f"points below it", "gain": (m, s), "verdict": verdicts["rises_then_drops"]})
-    verdicts["best_near_0.1"] = C.verdict(None, paper_claim_holds=RATIOS[best] == 0.1)
-    table.append({"row": "best rho about 0.1 eta_l (from scratch)", "paper": "0.1",
-                  "measured": f"{RATIOS[best]:g}", "gain": None, "verdict": verdicts["best_near_0.1"]})
-    verdicts["overall"] = C.overall(verdicts.values())
+    got = {}                                                  # run dicts (their convergence flags) per setting
+
+    def acc(key, ov):
+        got[key] = C.train_seeds({**HP, **ov}, seeds, None, tier, tag=C.main_tag(tier))
+        return np.array([r["test_acc"] for r in got[key]])
+    avg = acc("fedavg", {"algo": "fedavg"})
+    les = {q: acc(q, {"algo": "fedlesam-s", "rho": q * lr}) for q in RATIOS}
+    table = []
+    for q in IN_REGIME:
+        if q not in RATIOS:
+            table.append(C.not_in_tier("fedlesam.fig4.beats_fedavg", f"FedLESAM-S beats FedAvg at rho/eta_l = {q:g}",
+                                       [f"rho/eta_l {q:g}"], tier, ratio=q))
+            continue
+        v = V.decide(C.CLAIMS["fedlesam.fig4.beats_fedavg"], les[q] - avg, got[q] + got["fedavg"])
+        table.append(C.row("fedlesam.fig4.beats_fedavg", f"FedLESAM-S beats FedAvg at rho/eta_l = {q:g}",
+                           f"gain {V.fmt(v, 100, ' points')}", v, ratio=q))
+    outside = {f"{q:g}": dict(zip(("mean", "lo", "hi"), V.interval(les[q] - avg))) for q in RATIOS
+               if q not in IN_REGIME}
+    means = {q: les[q].mean() for q in RATIOS}
+    peak = max(RATIOS[1:-1], key=means.get)                     # the best interior ratio
+    for cid, end in (("fedlesam.fig4.rise", RATIOS[0]), ("fedlesam.fig4.drop", RATIOS[-1])):
+        v = V.decide(C.CLAIMS[cid], les[peak] - les[end], got[peak] + got[end])
+        table.append(C.row(cid, f"accuracy at rho/eta_l = {peak:g} (best interior) above {end:g}",
+                           f"{V.fmt(v, 100, ' points')}", v, ratio=end))
+    other = max((q for q in RATIOS if q != 0.1), key=means.get)
+    v = V.decide(C.CLAIMS["fedlesam.fig4.best"], les[other] - les[0.1], got[other] + got[0.1])
+    table.append(C.row("fedlesam.fig4.best", f"rho/eta_l = 0.1 about best (from scratch): best other ({other:g}) "
+                                             f"minus 0.1", f"{V.fmt(v, 100, ' points')} (margin 0.5 points)", v,
+                       ratio=other))
     setting = C.setting(tier, dir_alpha=HP["dir_alpha"], eta_l=lr)
     data = {"claim": "FedLESAM Fig. 4: accuracy rises with rho then drops; FedLESAM-S beats FedAvg over a broad "
-                     "range of rho/eta_l; the best rho is about 0.1 eta_l from scratch",
-            "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
+                     "range of rho/eta_l; from random initialisation the best rho is about 0.1 eta_l",
+            "setting": setting, "seeds": seeds, "table": table, **C.finish(table),
+            "outside_regime": {"ratios": outside, "why": C.CLAIMS["fedlesam.fig4.beats_fedavg"].regime},
             "fedavg": avg.tolist(), "fedlesam_s": {f"{q:g}": les[q].tolist() for q in RATIOS}}
 
     fig, ax = C.plots.figure(w=6.4, h=3.4)
@@ -83,10 +98,12 @@ def compute(seeds=3, tier="quick"):
     a.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle(f"FedLESAM Fig. 4 at small scale: {setting}", fontsize=9)
     fig.tight_layout()
-    n_beat = sum(verdicts[f"beats_fedavg/rho_over_eta={q:g}"] == "reproduced" for q in RATIOS)
-    C.annotate_verdict(fig, f"{verdicts['overall']}: beats FedAvg at {n_beat} of {len(RATIOS)} rho values;\n"
-                            f"rises then drops: {verdicts['rises_then_drops']}; best rho/eta_l = {RATIOS[best]:g} "
-                            f"(paper 0.1): {verdicts['best_near_0.1']}")
+    if outside:                                               # ratios this tier trains beyond the from-scratch range
+        a.axvspan(3, 300, color="0.85", alpha=0.5, lw=0)
+        a.text(90, m0 - 6, "no verdict: the paper states\n10^-2..10^2 for pre-trained\nmodels only",
+               fontsize=7, ha="center", va="top")
+    C.annotate_verdict(fig, f"{data['summary']} over {len(seeds)} seeds (95% t intervals)\n" + "; ".join(
+        f"{t['row']}: {t['verdict']}" for t in table))
     return data, fig
 
 

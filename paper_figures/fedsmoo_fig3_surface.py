@@ -7,7 +7,9 @@ lower and its surface smoother and flatter than each baseline's.
 Measured, per seed, on a random filter-normalised plane (Li et al. 2018; the same direction seed for every model)
 around each final global model, on 1000 training samples: the centre loss (lower is the first claim) and the mean
 rise of the loss over the plane above the centre (flatter is the second). Each verdict compares FedSMOO with a
-baseline seed by seed (relative gap, the one rule in common.verdict). The panels show seed 0 on one colour scale.
+baseline seed by seed (relative gap, the one rule of paper_figures/verdict.py); flatness is also compared by
+adaptive sharpness and at matched training loss (paper_figures/flatness.py). Comparisons: 3 baselines x (lower,
+flatter, flatter by adaptive sharpness, flatter at matched fit) = 12. The panels show seed 0 on one colour scale.
 :func:`surfaces` is shared with the FedLESAM Fig. 3 script.
 
     python paper_figures/fedsmoo_fig3_surface.py [--full --data-dir DIR] [--seeds 3]
@@ -22,6 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import flatness as FL                                # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 
 NAME = "fedsmoo_fig3_surface"
 ALGOS = {"fedavg": "FedAvg", "scaffold": "SCAFFOLD", "mofedsam": "MoFedSAM", "fedsmoo": "FedSMOO"}
@@ -31,22 +35,26 @@ HP = dict(dir_alpha=0.1, rho=0.05, lamb=0.1)
 MNIST = {"fedavg": {}, "scaffold": {}, "fedsmoo": dict(rho=0.1, lamb=0.1)}
 
 
-def per_algo(algos: dict, overrides: dict, tier, mnist: dict) -> dict:
-    """{algo: overrides}: the script's HP in the quick and full tiers, each method's own rho in the mnist tier."""
+def tier_overrides(algos: dict, overrides: dict, tier, mnist: dict, per_algo: dict | None = None) -> dict:
+    """{algo: overrides}: the script's HP (and ``per_algo``'s own hyper-parameters of a method) in the quick and
+    full tiers, each method's own rho (``mnist``) in the mnist tier."""
     if C.tier_of(tier) != "mnist":
-        return {a: {"algo": a, **overrides} for a in algos}
+        return {a: {"algo": a, **overrides, **(per_algo or {}).get(a, {})} for a in algos}
     return {a: {"algo": a, "dir_alpha": overrides["dir_alpha"], **mnist[a]} for a in algos}
 
 
 def run_list(tier, seeds) -> list:
-    return [(ov, s, C.main_tag(tier)) for ov in per_algo(tier_algos(ALGOS, tier, MNIST), HP, tier, MNIST).values()
-            for s in C.seed_list(seeds)]
+    return [(ov, s, C.main_tag(tier)) for ov in tier_overrides(tier_algos(ALGOS, tier, MNIST), HP, tier,
+                                                               MNIST).values() for s in C.seed_list(seeds)]
 
 
 def tier_algos(algos: dict, tier, mnist: dict) -> dict:
     """The methods of a tier: in the mnist tier those ``mnist`` lists."""
     return {a: n for a, n in algos.items() if a in mnist} if C.tier_of(tier) == "mnist" else algos
 SAMPLES, GRID, RANGE = 1000, 21, 0.5
+LABEL = {"center_loss": "lower minimum (centre loss)", "rise": "flatter (mean rise over the plane)",
+         "adaptive": f"flatter (adaptive sharpness, rho={FL.RHO}, eta={FL.ETA})",
+         "rise_matched": "flatter (mean rise over the plane) at matched train loss"}
 
 
 def plane(run_dir: str, samples: int = SAMPLES, grid: int = GRID, span: float = RANGE) -> dict:
@@ -63,58 +71,87 @@ def plane(run_dir: str, samples: int = SAMPLES, grid: int = GRID, span: float = 
     return s
 
 
-def surfaces(name: str, algos: dict, overrides: dict, target: str, seeds, tier="quick",
-             claim: str = "", mnist: dict | None = None) -> tuple[dict, object]:
-    """Train every algorithm for every seed (cached), probe its plane, compare ``target`` with each other one on
-    centre loss and mean rise; returns (data, figure)."""
+def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, tier="quick",
+             claim: str = "", per_algo: dict | None = None, mnist: dict | None = None) -> tuple[dict, object]:
+    """Train every algorithm of ``algos`` that the tier trains (``tier_algos``) for every seed (cached), probe its
+    plane and its adaptive sharpness, and make each of ``comparisons`` = [(claim id, baseline algo, method algo,
+    key), ...] seed by seed by the relative gap (baseline - method) / baseline of ``key`` ("center_loss" or
+    "rise"). A "rise" comparison (flatness) is also made by adaptive sharpness and at matched training loss
+    (paper_figures/flatness.py), each its own row. ``per_algo`` {algo: overrides} adds an algorithm's own
+    hyper-parameters in the quick and full tiers, ``mnist`` {algo: overrides} is the mnist tier's methods and
+    hyper-parameters. A comparison with a method the tier does not train gets its rows as "not measured in this
+    tier". Returns (data, figure)."""
     from fedlab_analysis.probes import landscape
     seeds = C.seed_list(seeds)
-    per, shown = {}, {}
-    for algo in algos:
-        runs = C.train_seeds(per_algo(algos, overrides, tier, mnist)[algo], seeds, None, tier, tag=C.main_tag(tier))
+    per, shown, runs = {}, {}, {}
+    trained = tier_algos(algos, tier, mnist) if mnist is not None else algos
+    for algo in trained:
+        runs[algo] = C.train_seeds(tier_overrides(trained, overrides, tier, mnist, per_algo)[algo], seeds, None,
+                                   tier, tag=C.main_tag(tier))
         per[algo] = []
-        for r in runs:
+        for r in runs[algo]:
             s = plane(r["run_dir"])
             per[algo].append({"seed": r["seed"], "test_acc": r["test_acc"], "center_loss": s["center_loss"],
-                              "rise": s["rise"]})
+                              "rise": s["rise"], "adaptive": FL.adaptive(FL.last(r))})
             if r["seed"] == seeds[0]:
                 shown[algo] = s
-    table, verdicts = [], {}
-    for algo in algos:
-        if algo == target:
+    table = []
+    for cid, base_a, mine_a, key in comparisons:
+        label = f"{algos[mine_a]} vs {algos[base_a]}"
+        keys = [key] if key == "center_loss" else [key, "adaptive", "rise_matched"]
+        missing = [algos[a] for a in (base_a, mine_a) if a not in trained]
+        if missing:
+            table += [C.not_in_tier(cid, f"{label}: {LABEL[k]}", missing, tier, key=k, base=base_a, method=mine_a)
+                      for k in keys]
             continue
-        for key, what in (("center_loss", "lower minimum"), ("rise", "flatter (smaller mean rise)")):
-            base = np.array([r[key] for r in per[algo]])
-            mine = np.array([r[key] for r in per[target]])
-            m, s = C.mean_std((base - mine) / base)
-            v = verdicts[f"{key}/vs_{algo}"] = C.verdict(m, s)
-            table.append({"row": f"{algos[target]} {what} than {algos[algo]}", "paper": "yes",
-                          algos[algo]: C.mean_std(base), algos[target]: C.mean_std(mine), "gap": (m, s),
-                          "verdict": v, "measured": f"{algos[target]} {C.pm(mine)} vs {algos[algo]} {C.pm(base)}"})
-    vs = list(verdicts.values())
-    verdicts["overall"] = C.overall(vs)
-    acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in algos}
+        for k in keys[:2]:
+            base, mine = ([r[k] for r in per[a]] for a in (base_a, mine_a))
+            v = V.decide(C.CLAIMS[cid], FL.rel_gap(base, mine), runs[base_a] + runs[mine_a])
+            table.append(C.row(cid, f"{label}: {LABEL[k]}", f"{algos[mine_a]} {C.pm(mine)} vs {algos[base_a]} "
+                                                            f"{C.pm(base)}; gap {V.fmt(v, 100, '%')}", v, key=k,
+                               base=base_a, method=mine_a))
+        if key == "rise":
+            table.append(FL.matched_row(cid, f"{label}: {LABEL['rise']}", runs[base_a], runs[mine_a],
+                                        probe=lambda p: plane_at(p)["rise"], what="rise")
+                         | {"key": "rise_matched", "base": base_a, "method": mine_a})
+    acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in trained}
     setting = C.setting(tier, dir_alpha=overrides["dir_alpha"])
-    data = {"claim": claim, "setting": setting, "seeds": seeds, "table": table, "verdict": verdicts,
+    data = {"claim": claim, "setting": setting, "seeds": seeds, "table": table, **C.finish(table),
             "test_acc": acc, "runs": per, "plane": {"samples": SAMPLES, "grid": GRID, "range": RANGE}}
-    titles = [f"{algos[a]} (test acc {acc[a][0]:.2f})" for a in algos]
-    fig = landscape.plot_panel([shown[a] for a in algos], titles, kind="contour")
-    for ax in fig.axes[:len(algos)]:
+    titles = [f"{algos[a]} (test acc {acc[a][0]:.2f})" for a in trained]
+    fig = landscape.plot_panel([shown[a] for a in trained], titles, kind="contour")
+    for ax in fig.axes[:len(trained)]:
         ax.set_aspect("equal")
         ax.set(xlabel="a (d1)", ylabel="b (d2)")
     fig.suptitle(f"Train loss around the final global models, seed {seeds[0]} ({setting}; random filter-"
                  f"normalised plane, one colour scale)", fontsize=9)
-    n_rep = vs.count("reproduced")
-    short = {"reproduced": "reproduced", "not reproduced at this scale": "not at this scale", "opposite": "opposite"}
-    per_base = "; ".join(f"vs {algos[a]}: lower {short[verdicts[f'center_loss/vs_{a}']]}, "
-                         f"flatter {short[verdicts[f'rise/vs_{a}']]}" for a in algos if a != target)
-    C.annotate_verdict(fig, f"{verdicts['overall']}: {algos[target]} lower and flatter in {n_rep} of {len(vs)} "
-                            f"comparisons over {len(seeds)} seeds\n{per_base}")
+    short = {"center_loss": "lower", "rise": "flatter (rise)", "adaptive": "flatter (adaptive)",
+             "rise_matched": "flatter at matched fit"}
+    pairs = {}
+    for t in table:
+        pairs.setdefault((t["method"], t["base"]), []).append(f"{short[t['key']]} {t['verdict']}")
+    lines = [f"{algos[m]} vs {algos[b]}: {', '.join(v)}" for (m, b), v in pairs.items()]
+    C.annotate_verdict(fig, f"{data['summary']} over {len(seeds)} seeds (95% t intervals)\n" + "\n".join(lines))
     return data, fig
 
 
+def plane_at(path) -> dict:
+    """The plane of :func:`plane` around a checkpoint file (a matched-fit checkpoint)."""
+    from fedlab_analysis import checkpoint
+    from fedlab_analysis.probes import landscape
+    from fedlab_analysis.probes.common import rebuild
+    b = rebuild(checkpoint.load(Path(path)), data="train", samples=SAMPLES, seed=0, dtype=torch.float64)
+    d1, d2 = landscape.plane_random(b.space, b.theta, seed=0)
+    s = landscape.surface(b.f, b.theta, d1, d2, (b.X, b.y), grid=GRID, range_=(-RANGE, RANGE))
+    return {"rise": float(np.mean(s["loss"]) - s["center_loss"])}
+
+
+COMPARISONS = [(cid, base, "fedsmoo", key) for base in ("fedavg", "scaffold", "mofedsam")
+               for cid, key in (("fedsmoo.fig3.lower", "center_loss"), ("fedsmoo.fig3.flatter", "rise"))]
+
+
 def compute(seeds=3, tier="quick"):
-    return surfaces(NAME, tier_algos(ALGOS, tier, MNIST), HP, "fedsmoo", seeds, tier, mnist=MNIST,
+    return surfaces(NAME, ALGOS, HP, COMPARISONS, seeds, tier, mnist=MNIST,
                     claim="FedSMOO Fig. 3: FedSMOO's final model sits in a lower and flatter minimum than FedAvg's, "
                           "SCAFFOLD's and MoFedSAM's (CIFAR-10, Dirichlet 0.1)")
 

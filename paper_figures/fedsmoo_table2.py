@@ -11,7 +11,10 @@ local models, averaged over the last 5 probed rounds (every round in QUICK, ever
 round's value depends on which clients were drawn); the top
 eigenvalue (Lanczos) and trace (Hutch++, 100 products) of the Hessian of the training cross-entropy (no weight
 decay) at the final global model, float64, on 1000 training samples. Every verdict compares FedSMOO with FedSAM
-seed by seed (the same partition and client draws), by the relative gap (FedSAM - FedSMOO) / FedSAM.
+seed by seed (the same partition and client draws), by the relative gap (FedSAM - FedSMOO) / FedSAM, under the
+one rule of paper_figures/verdict.py (95% t interval over seeds). Because curvature tracks the fit, the top
+eigenvalue is also compared at matched training loss and flatness by adaptive sharpness (paper_figures/flatness.py);
+each has its own row. Comparisons: 6 (Table 2) + 4 (matched fit, adaptive) + 4 (sharper at Dir-0.1) = 14.
 
     python paper_figures/fedsmoo_table2.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -25,6 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
+from paper_figures import flatness as FL                                # noqa: E402
+from paper_figures import verdict as V                                  # noqa: E402
 
 NAME = "fedsmoo_table2"
 ALPHAS = (0.6, 0.1)
@@ -39,6 +44,8 @@ PAPER = {"consistency": {0.6: (0.866, 0.821), 0.1: (1.245, 1.061)},      # (FedS
          "lam1": {0.6: (142.65, 91.46), 0.1: (177.18, 107.44)},
          "trace": {0.6: (3104.1, 1783.3), 0.1: (3842.3, 2689.4)}}
 SAMPLES, LAST = 1000, 5
+MARK = {"reproduced": "✓", "direction only": "(✓)", "inconclusive": "~", "opposite": "✗", "not converged": "nc",
+        "diverged": "div"}
 
 
 def consensus_hooks(seed):
@@ -69,56 +76,61 @@ def run_list(tier, seeds) -> list:
             for a in ALPHAS for g in ALGOS for s in C.seed_list(seeds)]
 
 
-def measure(algo: str, alpha: float, seeds, tier="quick") -> list[dict]:
-    """One dict per seed: test accuracy, train loss, consistency (last-5-round mean), lam1, trace."""
+def measure(algo: str, alpha: float, seeds, tier="quick") -> tuple[list[dict], list[dict]]:
+    """(one dict per seed: test accuracy, train loss, consistency (last-5-round mean), lam1, trace, adaptive
+    sharpness; the train_seeds run dicts)."""
     out = []
-    for r in C.train_seeds({"algo": algo, "dir_alpha": alpha, **hp(algo, tier)}, seeds, None, tier,
-                           tag=C.main_tag(tier, "consensus")):
+    runs = C.train_seeds({"algo": algo, "dir_alpha": alpha, **hp(algo, tier)}, seeds, None, tier,
+                         tag=C.main_tag(tier, "consensus"))
+    for r in runs:
         cons = [p["fedsmoo_table2"] for row in r["rows"] for p in row.get("probes", [])
                 if p["event"] == "round" and p["probe"] == "consensus"]
         out.append({"seed": r["seed"], "test_acc": r["test_acc"], "train_loss": r["rows"][-1]["train_loss"],
-                    "consistency": float(np.mean(cons[-LAST:])), **hessian(r["run_dir"])})
-    return out
+                    "consistency": float(np.mean(cons[-LAST:])), **hessian(r["run_dir"]),
+                    "adaptive": FL.adaptive(FL.last(r))})
+    return out, runs
+
+
+CLAIM_OF = {"consistency": "fedsmoo.t2.consistency", "lam1": "fedsmoo.t2.lam1", "trace": "fedsmoo.t2.trace"}
 
 
 def compute(seeds=3, tier="quick") -> tuple[dict, object]:
     seeds = C.seed_list(seeds)
-    res = {(a, g): measure(g, a, seeds, tier) for a in ALPHAS for g in ALGOS}
-    table, verdicts = [], {}
+    both = {(a, g): measure(g, a, seeds, tier) for a in ALPHAS for g in ALGOS}
+    res, runs = {k: v[0] for k, v in both.items()}, {k: v[1] for k, v in both.items()}
+    table = []
     for key, label in ROWS.items():
         for a in ALPHAS:
-            sam = np.array([r[key] for r in res[a, "fedsam"]])
-            smoo = np.array([r[key] for r in res[a, "fedsmoo"]])
-            m, s = C.mean_std((sam - smoo) / sam)
-            v = C.verdict(m, s)
-            verdicts[f"{key}/dir{a}"] = v
+            sam, smoo = (np.array([r[key] for r in res[a, g]]) for g in ALGOS)
+            v = V.decide(C.CLAIMS[CLAIM_OF[key]], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, "fedsmoo"])
             p_sam, p_smoo = PAPER[key][a]
-            table.append({"row": f"{label}, Dir-{a}", "dir": a, "paper": f"FedSAM {p_sam:g} > FedSMOO {p_smoo:g} "
-                                                           f"(gap {(p_sam - p_smoo) / p_sam:.0%})",
-                          "fedsam": C.mean_std(sam), "fedsmoo": C.mean_std(smoo), "gap": (m, s), "verdict": v,
-                          "measured": f"FedSAM {C.pm(sam)} > FedSMOO {C.pm(smoo)} (gap {m:.0%} ± {s:.0%})"})
-    for key in ("lam1", "trace"):                # both algorithms sharper at Dirichlet 0.1 than at 0.6
-        for g in ALGOS:
-            hi = np.array([r[key] for r in res[0.1, g]])
-            lo = np.array([r[key] for r in res[0.6, g]])
-            m, s = C.mean_std((hi - lo) / lo)
-            v = C.verdict(m, s)
-            verdicts[f"{key}/{g}/sharper_at_0.1"] = v
-            table.append({"row": f"{ALGOS[g]}: {ROWS[key]} grows from Dir-0.6 to Dir-0.1", "dir": "0.6 -> 0.1",
-                          "paper": "grows", "fedsam": None, "fedsmoo": None, "gap": (m, s), "verdict": v,
-                          "measured": f"{m:+.0%} ± {s:.0%}"})
-    rows = [v for k, v in verdicts.items() if "/dir" in k]
-    n_rep = rows.count("reproduced")
-    verdicts["overall"] = C.overall(rows)
-    overall = (f"{n_rep} of 6 Table 2 comparisons reproduced (FedSMOO below FedSAM by more than one std over "
-               f"{len(seeds)} seeds)")
+            table.append(C.row(CLAIM_OF[key], f"{label}, Dir-{a}: FedSMOO below FedSAM",
+                               f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')} (paper: "
+                               f"{p_sam:g} vs {p_smoo:g}, gap {(p_sam - p_smoo) / p_sam:.0%})", v, dir=a, key=key))
+    for a in ALPHAS:                             # flatness not confounded with fit (module flatness)
+        table.append(FL.matched_row("fedsmoo.t2.lam1", f"Hessian top eigenvalue, Dir-{a}: FedSMOO below FedSAM",
+                                    runs[a, "fedsam"], runs[a, "fedsmoo"]) | {"dir": a, "key": "lam1_matched"})
+        sam, smoo = ([r["adaptive"] for r in res[a, g]] for g in ALGOS)
+        v = V.decide(C.CLAIMS["fedsmoo.t2.flat"], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, "fedsmoo"])
+        table.append(C.row("fedsmoo.t2.flat", f"Dir-{a}: FedSMOO flatter than FedSAM, adaptive sharpness "
+                                              f"(rho={FL.RHO}, eta={FL.ETA})",
+                           f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')}", v, dir=a,
+                           key="adaptive"))
+    for key, cid in (("lam1", "fedsmoo.t2.lam1_dir"), ("trace", "fedsmoo.t2.trace_dir")):
+        for g in ALGOS:                          # both sharper at Dirichlet 0.1 than at 0.6 (Table 2's numbers)
+            hi, lo = (np.array([r[key] for r in res[a, g]]) for a in (0.1, 0.6))
+            v = V.decide(C.CLAIMS[cid], (hi - lo) / lo, runs[0.1, g] + runs[0.6, g])
+            table.append(C.row(cid, f"{ALGOS[g]}: {ROWS[key]} grows from Dir-0.6 to Dir-0.1",
+                               f"{V.fmt(v, 100, '%')} (seeds paired by seed, not by partition)", v,
+                               dir="0.6 -> 0.1", key=f"{key}/{g}"))
     loss = {g: C.mean_std([r["train_loss"] for a in ALPHAS for r in res[a, g]])[0] for g in ALGOS}
     caveat = (f"Final train loss FedSAM {loss['fedsam']:.3g}, FedSMOO {loss['fedsmoo']:.3g}: a model that fits "
               f"its training data more tightly has a saturated softmax and a smaller cross-entropy Hessian, so "
-              f"lam1 and trace also track the training loss, not only flatness")
+              f"lam1 and trace also track the training loss; hence the rows at matched train loss and with "
+              f"adaptive (scale-invariant) sharpness")
     data = {"claim": "FedSMOO Table 2: FedSMOO's final model has better consistency, a smaller top Hessian "
                      "eigenvalue and a smaller trace than FedSAM's, at Dirichlet 0.6 and 0.1",
-            "setting": _setting(tier), "seeds": seeds, "table": table, "verdict": verdicts, "overall": overall,
+            "setting": _setting(tier), "seeds": seeds, "table": table, **C.finish(table),
             "caveat": caveat, "runs": {f"dir{a}/{g}": r for (a, g), r in res.items()}}
     return data, figure(data, res)
 
@@ -128,27 +140,28 @@ def _setting(tier) -> str:
 
 
 def figure(data: dict, res: dict):
-    fig, ax = C.plots.figure(ncols=3, w=3.6, h=3.0)
+    fig, ax = C.plots.figure(ncols=4, w=3.3, h=3.0)
     x = np.arange(len(ALPHAS))
-    for a_, key in zip(ax.flat, ROWS):
+    titles = {**ROWS, "adaptive": f"adaptive sharpness (scale-invariant,\nrho={FL.RHO}, eta={FL.ETA})"}
+    for a_, key in zip(ax.flat, titles):
         for j, (g, name) in enumerate(ALGOS.items()):
             ms = [C.mean_std([r[key] for r in res[a, g]]) for a in ALPHAS]
             acc = "/".join(f"{C.mean_std([r['test_acc'] for r in res[a, g]])[0]:.2f}" for a in ALPHAS)
             a_.bar(x + (j - 0.5) * 0.38, [m for m, _ in ms], 0.38, yerr=[s for _, s in ms], capsize=3,
                    label=f"{name} (test acc {acc})")
         a_.set_xticks(x, [f"Dir-{a}" for a in ALPHAS])
-        a_.set_title(ROWS[key].replace(" (1/n)", "\n(1/n)"), fontsize=9)
+        a_.set_title(titles[key].replace(" (1/n)", "\n(1/n)"), fontsize=9)
         for i, a in enumerate(ALPHAS):
-            v = data["verdict"][f"{key}/dir{a}"]
-            a_.annotate({"reproduced": "✓", "opposite": "✗"}.get(v, "~"), (x[i], 0), xytext=(0, -28),
+            v = next(t["verdict"] for t in data["table"] if t.get("key") == key and t["dir"] == a)
+            a_.annotate(MARK.get(v, "?"), (x[i], 0), xytext=(0, -28),
                         textcoords="offset points", ha="center", fontsize=10)
     h, lab = ax[0, 0].get_legend_handles_labels()
     fig.legend(h, lab, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
     fig.suptitle(f"FedSMOO Table 2 at small scale: {data['setting']}; mean ± std over {len(data['seeds'])} seeds",
                  fontsize=9, y=1.07)
     fig.tight_layout()
-    C.annotate_verdict(fig, f"{data['verdict']['overall']}: {data['overall']} (✓ reproduced, ~ not at this scale, "
-                            f"✗ opposite).\n" + data["caveat"])
+    C.annotate_verdict(fig, f"{data['summary']} over {len(data['seeds'])} seeds (95% t intervals; marks: "
+                            f"{', '.join(f'{m} {v}' for v, m in MARK.items())}).\n" + data["caveat"])
     return fig
 
 

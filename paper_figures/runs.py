@@ -3,7 +3,9 @@
 A run is (resolved config, hooks ``tag``). Its entry ``<out>/runs/<tier>/<algo>-<hash>-s<seed>/`` holds
 ``key.json`` (the run key), ``run/`` (the trainer's config.json, metrics.jsonl, ckpt/last.pt), ``matched/`` (the
 matched-fit checkpoints) and ``done.json`` or ``failed.json``. The run key is the resolved config without the
-execution fields (``config.EXECUTION``) and ``data_dir``, the ``tag``, and :func:`training_source_hash`; an entry
+execution fields (``config.EXECUTION``) and ``data_dir``, the ``tag``, :func:`training_source_hash` and, for a
+tagged run, :func:`hooks_source_hash` (the hooks write the probe rows the scripts read, so a change to a hook's
+code, e.g. the radius it measures sharpness at, recomputes the tagged runs; untagged runs are unaffected); an entry
 whose key differs is trained again from scratch; one with the same key and no done.json resumes from its last
 checkpoint (bit-identical, ``train(resume=True)``); a done one is never touched. A run that raises is recorded in
 failed.json and the others go on; a run whose loss goes non-finite is done, with ``diverged`` set (an outcome).
@@ -26,25 +28,26 @@ PKG = Path(__file__).resolve().parents[1] / "fedlab_analysis"
 # the files whose code determines a run's numbers (training_source_hash)
 TRAINING_SOURCES = ("trainers/*.py", "models.py", "params.py", "algos.py", "data/*.py")
 RUNGS = (0.3, 0.1, 0.03, 0.01, 0.003)        # matched-fit ladder of train losses
+SHARP_RHO = 0.1                              # the one radius global sharpness hooks measure at, for every method
 HOOKS = {                                     # tag -> "module:function(seed) -> [hooks]"
     "mnist": "paper_figures.runs:mnist_hooks",
     "consensus-every-step": "paper_figures.fedals_fig1_consensus:hooks",
     "consensus-rounds": "paper_figures.fedinit_fig2_consensus:hooks",
     "consensus": "paper_figures.fedsmoo_table2:consensus_hooks",
-    "drift,sharpness-ascent5": "paper_figures.fedlesam_fig2_drift:hooks",
+    "drift,sharpness-ascent5-rho0.1": "paper_figures.fedlesam_fig2_drift:hooks",
 }
 # seconds per round of FedAvg with one thread, as a function of the client-steps of a round (n_active x local steps,
 # batch 50) and an evaluation; from the issue's measurement on this machine (MNIST MLP, 100 clients at 10%, batch 50,
 # 5 epochs: ~0.7 s a round) and the digits QUICK runs (~0.1 s); SAM-type methods take two gradients a step
 COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (0.1, 5.0)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
-HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5": 2.5}
+HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5-rho0.1": 2.5}
 
 
-def _hash_files(files) -> str:
+def _hash_files(files, root: Path = PKG) -> str:
     h = hashlib.sha1()
     for f in sorted(files):
-        h.update(str(f.relative_to(PKG)).encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:12]
 
 
@@ -52,6 +55,22 @@ def training_source_hash() -> str:
     """sha1 of the source files that determine training numerics: fedlab_analysis/trainers/*.py, models.py,
     params.py, algos.py and data/*.py (path and bytes of each). Part of every run key."""
     return _hash_files({f for pat in TRAINING_SOURCES for f in PKG.glob(pat)})
+
+
+def hook_sources(tag: str) -> set:
+    """The files whose code defines the hooks of ``tag``: this module (:func:`mnist_hooks`), every probe module
+    (``fedlab_analysis/probes/*.py``: the hooks' measurements) and the module that :data:`HOOKS` names for the tag
+    (a script's ``hooks`` and the constants they read, e.g. FedLESAM Fig. 2's ``SHARP_RHO``), found without
+    importing it."""
+    import importlib.util
+    mod = importlib.util.find_spec(HOOKS[tag].split(":")[0]).origin
+    return {Path(__file__).resolve(), Path(mod).resolve(), *PKG.glob("probes/*.py")}
+
+
+def hooks_source_hash(tag: str) -> str:
+    """sha1 of :func:`hook_sources` (path relative to the repository, and bytes, of each). Part of a tagged run's
+    key beside :func:`training_source_hash`: a change to a hook's code recomputes the runs that carry it."""
+    return _hash_files(hook_sources(tag), PKG.parent)
 
 
 def package_source_hash() -> str:
@@ -62,11 +81,12 @@ def package_source_hash() -> str:
 def mnist_hooks(seed: int) -> list:
     """The hooks of every main-protocol run in the mnist tier, every 5 rounds: the consensus forms (FedSMOO Table
     2's consistency, FedInit Fig. 2's divergences; ~3 s a call over 100 clients, so not every round), the
-    perturbation drift at local steps 0, 10, ..., 50 and the global sharpness (5 ascent steps), both on 1000
-    training samples (FedLESAM Fig. 2). Measured: about +10-20% on a round."""
+    perturbation drift at local steps 0, 10, ..., 50 and the global sharpness (5 ascent steps) at one radius
+    SHARP_RHO = 0.1 for every method, whatever rho it trains with (FedLESAM Fig. 2 compares methods at one
+    radius), both on 1000 training samples (FedLESAM Fig. 2). Measured: about +10-20% on a round."""
     from fedlab_analysis.probes import consensus, drift, sharpness
     return [consensus.make_hook(every=5), drift.make_hook(every=5, steps=list(range(0, 60, 10)), samples=1000, seed=0),
-            sharpness.make_hook(every=5, method="ascent", ascent_steps=5, samples=1000)]
+            sharpness.make_hook(every=5, method="ascent", ascent_steps=5, samples=1000, rho=SHARP_RHO)]
 
 
 def hooks_for(tag: str, seed: int) -> list:
@@ -86,7 +106,8 @@ def key_of(cfg, tag: str) -> dict:
     conf = {k: v for k, v in resolved(cfg).items() if k != "data_dir" and (k not in algos.HYPER or k in used)}
     if conf["algo"] == "fedinit":                       # FedInit is FedAvg + relaxed initialisation (one spec)
         conf.update(algo="fedavg", ri=True)
-    return {"config": conf, "tag": tag, "source": training_source_hash()}
+    key = {"config": conf, "tag": tag, "source": training_source_hash()}
+    return {**key, "hooks_source": hooks_source_hash(tag)} if tag else key
 
 
 def root(tier: str) -> Path:

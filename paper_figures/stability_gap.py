@@ -12,7 +12,8 @@ over 300 test points; and the RI-step growth ratios delta_0^t / delta_last^{t-1}
 
 The models meet the accuracy bar (test accuracy of each base run is on the figure). Verdict: the paper's direction
 (Remark 14) is that the loss difference at T is smaller with relaxed initialisation: FedAvg's minus the mean over
-every beta > 0, per pair; the pairs are the repetitions.
+every beta > 0, per pair; the pairs are the repetitions (a 95% t interval over the 6 pairs, the one rule of
+paper_figures/verdict.py). Comparisons: 1.
 
     python paper_figures/stability_gap.py            # about 40 s of CPU (1 thread)
 """
@@ -29,6 +30,7 @@ from fedlab_analysis.plots import figure
 from fedlab_analysis.probes.stability import make_hook, uniform_stability
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
+from paper_figures import verdict as V  # noqa: E402
 
 # ---- settings --------------------------------------------------------------------------------------------------
 BETAS = [0.0, 0.1, 0.3, 0.6]          # 0 = FedAvg; FedInit's code default is 0.1
@@ -56,9 +58,13 @@ def final_eps(r: dict) -> list[float]:
 def compute() -> dict:
     res = {str(b): one(b) for b in BETAS}
     relaxed = np.mean([final_eps(r) for b, r in res.items() if float(b) > 0], 0)       # every beta > 0, per pair
-    effect = common.mean_std(np.subtract(final_eps(res["0.0"]), relaxed))                 # > 0: beta helps
-    return {"settings": {**BASE, "betas": BETAS, "pairs": PAIRS}, "effect_eps_fedavg_minus_fedinit": effect,
-            "verdict": common.verdict(*effect),
+    eff = np.subtract(final_eps(res["0.0"]), relaxed)                                     # > 0: beta helps
+    v = V.decide(common.CLAIMS["fedinit.remark14"], eff)
+    table = [common.row("fedinit.remark14", "relaxed initialisation makes FedAvg more stable (loss difference of "
+                        "coupled neighbours at T, FedAvg minus the mean over beta > 0)",
+                        V.fmt(v).replace("seeds", "neighbour pairs"), v)]
+    return {"settings": {**BASE, "betas": BETAS, "pairs": PAIRS}, "effect_eps_fedavg_minus_fedinit":
+            common.mean_std(eff), "table": table, **common.finish(table),
             "per_beta": {b: {"summary": r["summary"], "pairs": r["pairs"], "gap": r["gap_rows"],
                              "rows": r["rows"], "test_acc": r["gap_rows"][-1]["test_acc"]}
                          for b, r in res.items()}}
@@ -94,13 +100,11 @@ def plot(res: dict):
     fig.suptitle(f"FedInit Remark 14 — FedAvg vs FedInit on digits (MLP), 10 clients at 50%, {PAIRS} coupled "
                  f"neighbour pairs, {ROUNDS} rounds", fontsize=10)
     fig.tight_layout()
-    m, s = res["effect_eps_fedavg_minus_fedinit"]
     d = [r["summary"]["delta_T_mean"] for r in res["per_beta"].values()]
     trend = "grows" if np.all(np.diff(d) > 0) else "is not monotone"
-    common.annotate_verdict(fig, f"relaxed initialisation makes FedAvg more stable (loss difference at T, FedAvg "
-                                 f"minus the mean over beta > 0): {res['verdict']} ({m:+.2e} ± {s:.2e} over "
-                                 f"{PAIRS} pairs);\nthe parameter distance at T {trend} in beta "
-                                 f"({', '.join(f'{x:.3g}' for x in d)})")
+    t = res["table"][0]
+    common.annotate_verdict(fig, f"{t['verdict']}: {t['row']}: {t['measured']} (95% t interval over the pairs);"
+                                 f"\nthe parameter distance at T {trend} in beta ({', '.join(f'{x:.3g}' for x in d)})")
     return fig
 
 
@@ -108,7 +112,7 @@ def summary(res: dict) -> str:
     lines = [f"beta={b:<4} eps_pool={r['summary']['eps_pool_mean']:.3e} delta_T={r['summary']['delta_T_mean']:.3e} "
              f"r_init_max={r['summary']['r_init_max']} (paper bound {r['summary']['paper_r_init_bound']:.2f}) "
              f"acc={r['test_acc']:.3f}" for b, r in res["per_beta"].items()]
-    return "\n".join([*lines, f"{res['verdict']} {res['effect_eps_fedavg_minus_fedinit']}"])
+    return "\n".join([*lines, f"{res['summary']}: {res['table'][0]['measured']}"])
 
 
 def main(argv=None):

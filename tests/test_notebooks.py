@@ -54,7 +54,7 @@ def test_notebooks_are_committed_executed():
         if path.stem in PAPERS:
             text = path.read_text()
             assert "seed_00" not in text and "notes/" not in text, f"{path.name}: cite the papers, not the notes"
-            assert any(re.search(r"^QUICK = True", c.source, re.M) for c in code), f"{path.name}: QUICK by default"
+            assert any(re.search(r'^TIER = "quick"', c.source, re.M) for c in code), f"{path.name}: QUICK by default"
 
 
 def verdict_table(nb) -> list[tuple[str, str]]:

@@ -1,6 +1,6 @@
-"""paper_figures/common.py: the one verdict rule, the overall rule, the command line's bad input, the claims table
-and the cached multi-seed training (a second call reuses the run directories instead of training again; the run
-cache itself is tested in test_paper_figures_tier.py)."""
+"""paper_figures/common.py: verdict rows and counts (the rule itself: tests/test_verdict.py), the command line's bad
+input, the claims table and the cached multi-seed training (a second call reuses the run directories instead of
+training again; the run cache itself is tested in test_paper_figures_tier.py)."""
 import json
 from pathlib import Path
 
@@ -9,20 +9,7 @@ import pytest
 from paper_figures import common as C
 
 
-def test_verdict_rule_is_mean_against_one_std():
-    assert C.verdict(0.3, 0.1) == "reproduced"
-    assert C.verdict(-0.3, 0.1) == "opposite"
-    assert C.verdict(0.05, 0.1) == C.verdict(-0.05, 0.1) == "not reproduced at this scale"
-    assert C.verdict(0.1, 0.1) == "not reproduced at this scale"          # the boundary is not "clear of noise"
-    assert C.verdict(None) == C.verdict(float("nan")) == "not reproduced at this scale"
-    assert C.verdict(-5.0, 0.0, paper_claim_holds=True) == "reproduced"   # an exact check decides by itself
-    assert C.verdict(5.0, 0.0, paper_claim_holds=False) == "not reproduced at this scale"
-
-
-def test_overall_and_mean_std():
-    R, N, O = C.VERDICTS
-    assert C.overall([R, R]) == R and C.overall([O, O, N]) == O and C.overall([R, O, O]) == N
-    assert C.overall([N, N]) == N
+def test_mean_std():
     m, s = C.mean_std([1.0, 2.0, 3.0])
     assert m == 2.0 and s == 1.0                                            # sample std (ddof=1)
     assert C.mean_std([4.0]) == (4.0, 0.0)
@@ -37,17 +24,20 @@ def test_bad_input_is_one_error_line_and_exit_2(argv, flag, capsys):
     assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}"), err
 
 
-def test_claims_table_escapes_pipes_and_keeps_paper_references_only():
-    rows = [{"row": "||w||", "paper": "p", "measured": "m", "verdict": "reproduced"}]
-    theory = [{"claim": "c", "where": "Thm 5.1, notes/seed_002 s5.5.3", "expected": "e", "measured": "m",
-               "verdict": "violated"}]
-    theory[0]["where"] = C._paper_only(theory[0]["where"])
-    md = C.claims_table(rows, theory).splitlines()
-    assert md[0].startswith("| claim | paper says | we measured | reproduced at this scale? |")
+def test_rows_carry_the_claim_and_the_table_its_words():
+    from paper_figures import verdict as V
+    r = C.row("fedinit.t6.scaffold", "||w|| SCAFFOLD +RI", "m", V.decide(C.CLAIMS["fedinit.t6.scaffold"], [0.02] * 3))
+    assert r["claim"] == "fedinit.t6.scaffold" and "2% ~ 3%" in r["paper"] and r["verdict"] == "reproduced"
+    theory = [{"claim": "c", "where": C._paper_only("Thm 5.1, notes/seed_002 s5.5.3"), "expected": "e",
+               "measured": "m", "verdict": "violated"}]
+    md = C.claims_table([r], theory).splitlines()
+    assert md[0] == "| comparison | paper says (where) | we measured | verdict |"
     assert "\\|\\|w\\|\\|" in md[2] and "**reproduced**" in md[2]
-    assert "(Thm 5.1; convex toy)" in md[3] and "notes" not in md[3]
-    assert "not reproduced at this scale (violated)" in md[3]
+    assert "(Thm 5.1; convex toy)" in md[3] and "notes" not in md[3] and "**violated**" in md[3]
     assert C._paper_only("notes/seed_002 s6.2 (alpha)(i), s7.4").startswith("a consequence")
+    f = C.finish([r, {**r, "verdict": "opposite"}])
+    assert f == {"n_comparisons": 2, "counts": {"reproduced": 1, "opposite": 1},
+                 "summary": "1 reproduced, 1 opposite of 2 comparisons"}
 
 
 @pytest.fixture(autouse=True)

@@ -81,6 +81,27 @@ def test_a_changed_training_source_or_config_trains_again(monkeypatch):
     assert other["path"] != task["path"]
 
 
+def test_a_changed_hook_source_recomputes_tagged_runs_only(monkeypatch):
+    """A tagged run's key holds the hash of the code that defines its hooks (runs.py, the probe modules, the tag's
+    own module): a change there trains the tagged run again and leaves an untagged run alone."""
+    tagged, plain = R.tasks([(TINY, 0, "consensus"), (TINY, 0, "")], "quick")
+    assert "hooks_source" in tagged["key"] and "hooks_source" not in plain["key"]
+    for t in (tagged, plain):
+        R.ensure(t)
+    assert R.status(tagged) == R.status(plain) == "done"
+    monkeypatch.setattr(R, "hooks_source_hash", lambda tag: "edited")
+    tagged2, plain2 = R.tasks([(TINY, 0, "consensus"), (TINY, 0, "")], "quick")
+    assert tagged2["path"] == tagged["path"] and R.status(tagged2) == "new"     # same entry, stale key
+    assert plain2 == plain and R.status(plain2) == "done"
+    monkeypatch.undo()
+    files = {str(f.relative_to(R.PKG.parent)) for f in R.hook_sources("consensus")}
+    assert {"paper_figures/runs.py", "paper_figures/fedsmoo_table2.py", "fedlab_analysis/probes/sharpness.py",
+            "fedlab_analysis/probes/consensus.py"} <= files and "fedlab_analysis/models.py" not in files
+    assert "paper_figures/fedlesam_fig2_drift.py" in {str(f.relative_to(R.PKG.parent))
+                                                      for f in R.hook_sources("drift,sharpness-ascent5-rho0.1")}
+    assert R.hooks_source_hash("consensus") != R.hooks_source_hash("mnist")
+
+
 def test_source_hash_covers_the_training_files_only():
     h = R.training_source_hash()
     assert h == R.training_source_hash() and len(h) == 12
@@ -186,3 +207,43 @@ def test_theory_report_recomputed_when_the_package_source_changes(tmp_path, monk
     os.remove(d / "key.json")
     C.theory_rows("fedcm", d)
     assert len(calls) == 3                                         # a report without a key is not trusted
+
+
+# the mnist tier's code path (its grids, hooks tag, per-method hyper-parameters and verdict rows) on tiny digits runs
+TINY_MNIST = dict(C.QUICK_BASE, model_kwargs={"widths": [16]}, clients=10, active_ratio=0.3, batch_size=20,
+                  local_epochs=1, rounds=10, eval_every=1, eval_train_samples=300, on_divergence="continue")
+OWN_PROTOCOL = {"fedals_table2": dict(rounds=20, eval_every=2, eval_train_samples=300, local_steps=2),
+                "fedals_fig1_consensus": dict(rounds=10, eval_every=1, eval_train_samples=300, local_steps=5)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tier_name", ["mnist", "quick"])
+def test_every_script_runs_its_tier_path_on_tiny_digits(tier_name, tmp_path, monkeypatch, capsys):
+    """Every script's main with --tier mnist (and quick), the tier's base swapped for tiny digits runs (and FedALS's
+    own protocol shortened): no grid the tier trims is indexed (e.g. FedCM Table 3's alpha = 0.03), a comparison whose
+    configs the tier does not train is "not measured in this tier" naming what is missing, and every script makes
+    as many comparisons as its docstring states (none dropped). About a minute of CPU per tier on one thread."""
+    import importlib
+    import re
+
+    from paper_figures import tier
+    monkeypatch.setitem(C.TIERS, tier_name, TINY_MNIST)
+    for name, ov in OWN_PROTOCOL.items():
+        mod = importlib.import_module(f"paper_figures.{name}")
+        monkeypatch.setitem(mod.DEFS, tier_name, {**mod.DEFS[tier_name], **ov})
+    for name in tier.ORDER + tier.TOY:
+        mod = importlib.import_module(f"paper_figures.{name}")
+        mod.main(["--tier", tier_name, "--seeds", "2", "--workers", "1", "--quiet", "--out", str(tmp_path)])
+        d = json.loads((tmp_path / name / "data.json").read_text())
+        said = re.search(r"[Cc]omparisons: (.*?)\.(?:\s|$)", " ".join(mod.__doc__.split()))
+        assert int(re.findall(r"\d+", said[1])[-1]) == d["n_comparisons"] == len(d["table"]), name
+        for t in d["table"]:
+            assert t["verdict"] in C.VERDICTS, (name, t)
+            if t["measured"].startswith("not measured in this tier"):
+                assert t["verdict"] == "not measured" and "mnist tier's grid" in t["measured"], (name, t)
+        trimmed = [t for t in d["table"] if t["measured"].startswith("not measured in this tier")]
+        if tier_name == "mnist" and name in ("fedcm_table3_alpha", "fedlesam_fig2_drift", "fedinit_table6",
+                                             "fedsmoo_fig3_surface", "fedlesam_fig3_surface",
+                                             "fedinit_fig1_sensitivity", "fedinit_fig2_consensus"):
+            assert trimmed, f"{name}: the mnist tier trims its grid, so some rows are not measured"
+    capsys.readouterr()
