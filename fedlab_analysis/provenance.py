@@ -13,16 +13,27 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 
+def _add(h, f: Path, base: Path) -> None:
+    h.update(f.relative_to(base).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+
+
+def files_hash(files, root) -> str:
+    """sha256 (hex) of ``files`` in sorted order, each as its path relative to ``root`` and its bytes: the one
+    hashing rule of every cache key (the package's source here, the training and hook sources of the paper figures'
+    run cache)."""
+    h, root = hashlib.sha256(), Path(root).resolve()
+    for f in sorted(Path(f).resolve() for f in files):
+        _add(h, f, root)
+    return h.hexdigest()
+
+
 def source_hash(paths=None) -> str:
     """sha256 (hex) of the given files or folders (default: the package), each folder's ``.py`` files read in
-    sorted order; a file's path relative to its root goes into the hash too, so a rename changes it."""
-    roots = [PACKAGE] if paths is None else [Path(p).resolve() for p in paths]
+    sorted order; a file's path relative to its folder goes into the hash too, so a rename changes it."""
     h = hashlib.sha256()
-    for root in roots:
-        files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
-        for f in files:
-            rel = f.relative_to(root).as_posix() if root.is_dir() else f.name
-            h.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
+    for root in [PACKAGE] if paths is None else [Path(p).resolve() for p in paths]:
+        for f in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            _add(h, f, root if root.is_dir() else root.parent)
     return h.hexdigest()
 
 

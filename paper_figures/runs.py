@@ -45,14 +45,13 @@ HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5
 
 
 def _hash_files(files, root: Path = PKG) -> str:
-    h = hashlib.sha1()
-    for f in sorted(files):
-        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
+    """provenance.files_hash (the package's one hashing rule), shortened to 12 hex digits for run names."""
+    from fedlab_analysis.provenance import files_hash
+    return files_hash(files, root)[:12]
 
 
 def training_source_hash() -> str:
-    """sha1 of the source files that determine training numerics: fedlab_analysis/trainers/*.py, models.py,
+    """Hash of the source files that determine training numerics: fedlab_analysis/trainers/*.py, models.py,
     params.py, algos.py and data/*.py (path and bytes of each). Part of every run key."""
     return _hash_files({f for pat in TRAINING_SOURCES for f in PKG.glob(pat)})
 
@@ -68,14 +67,9 @@ def hook_sources(tag: str) -> set:
 
 
 def hooks_source_hash(tag: str) -> str:
-    """sha1 of :func:`hook_sources` (path relative to the repository, and bytes, of each). Part of a tagged run's
+    """Hash of :func:`hook_sources` (path relative to the repository, and bytes, of each). Part of a tagged run's
     key beside :func:`training_source_hash`: a change to a hook's code recomputes the runs that carry it."""
     return _hash_files(hook_sources(tag), PKG.parent)
-
-
-def package_source_hash() -> str:
-    """sha1 of every .py file of the fedlab_analysis package: the key of derived caches (the theory report)."""
-    return _hash_files(PKG.rglob("*.py"))
 
 
 def mnist_hooks(seed: int) -> list:
