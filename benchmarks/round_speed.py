@@ -27,6 +27,7 @@ Prints one Markdown table and replaces its section in benchmarks/RESULTS.md (unl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -142,8 +143,9 @@ class Schedule:
         return self.cache[t]
 
 
-def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap"), setting="equal"):
-    """({name: round function} for ours (``modes``), the reference and the floor in ``setting``, the Schedule)."""
+def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap"), setting="equal", reference=True):
+    """({name: round function} for ours (``modes``), the reference and the floor (``reference``) in ``setting``,
+    the Schedule)."""
     from reference_sim import ReferenceSim
     cfg = config(model, algo, ds, steps, device, augment, setting)
     out, run = {}, None
@@ -154,6 +156,8 @@ def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap"), set
     if run is None:
         run = Run(RunConfig(**cfg), dataset=ds)
     sched = Schedule(run)
+    if not reference:
+        return out, sched
     shape = ds.input_shape
     idx = [ix.cpu() for ix in run.idx]
     clients = [(ds.x_train[ix].numpy(), ds.y_train[ix].numpy()) for ix in idx]
@@ -185,32 +189,49 @@ def floor(model, ds, sched, device, passes):
             m.zero_grad(set_to_none=True)
             F.cross_entropy(m(x), y).backward()
         t[0] += 1
+    f.t = t
     return f
 
 
-def measure(fns: dict, rounds: int, device) -> dict:
+def measure(fns: dict, rounds: int, device, cold=()) -> dict:
     """Seconds per runner over ``rounds`` interleaved rounds after one warm-up round each (every runner does
-    round t of the same schedule at the same time): the best and the mean; then one more round each for the peak
-    memory (apart, so that trimming the heap does not slow the timed rounds)."""
-    sync = sync_of(device)
-    clock = time.perf_counter if device.type == "cuda" else time.process_time     # CPU: this process's seconds
+    round t of the same schedule at the same time; the runners named in ``cold`` skip the warm-up, and then all
+    runners skip round 0 of the schedule alike: the warm-ups of the others warm the device): the best and the
+    mean. Peak memory: on CUDA over the timed rounds (the device is synchronised around them anyway); on the CPU
+    in one more round each (apart, so that trimming the heap does not slow the timed rounds)."""
+    sync, cuda = sync_of(device), device.type == "cuda"
+    clock = time.perf_counter if cuda else time.process_time     # CPU: this process's seconds
     times = {k: [] for k in fns}
     peak = {k: 0.0 for k in fns}
-    for f in fns.values():
-        f()
+    for k, f in fns.items():
+        f() if k not in cold else skip(f)
     for _ in range(rounds):
         for k, f in fns.items():
-            sync()
-            t0 = clock()
-            f()
-            sync()
-            times[k].append(clock() - t0)
-    for k, f in fns.items():
+            with Peak(device) if cuda else contextlib.nullcontext() as p:
+                sync()
+                t0 = clock()
+                f()
+                sync()
+                times[k].append(clock() - t0)
+            if cuda:
+                peak[k] = max(peak[k], p.mb)
+    for k, f in fns.items() if not cuda else ():
         with Peak(device) as p:
             f()
         peak[k] = p.mb
     return {"best": {k: min(v) for k, v in times.items()}, "mean": {k: sum(v) / len(v) for k, v in times.items()},
             "mb": peak}
+
+
+def skip(f):
+    """Advance a runner's round counter without training (the cold runners of ``measure``)."""
+    owner = getattr(f, "__self__", None)
+    if owner is not None and hasattr(owner, "t"):
+        owner.t += 1
+    elif hasattr(f, "t"):
+        f.t[0] += 1
+    else:
+        f()
 
 
 def reference_doc() -> str:
@@ -228,8 +249,9 @@ HEADER = ["| model | P | algorithm | setting | K | reference s/round | loop s/ro
 def row(model, P, algo, setting, K, sched, rounds, r, modes) -> str:
     """One table row: best-of seconds in the equal setting, the mean over the same rounds in the papers' one."""
     s, mb = r["best" if setting == "equal" else "mean"], r["mb"]
-    sec = {m: f"{s[m]:.3f}" if m in s else "not run" for m in MODES}
-    up = {m: f"{s['reference'] / s[m]:.2f}x" if m in s else "" for m in MODES}
+    ref = s.get("reference")
+    sec = {m: f"{s[m]:.3f}" if m in s else "not run" for m in (*MODES, "reference", "floor")}
+    up = {m: f"{ref / s[m]:.2f}x" if m in s and ref else "" for m in MODES}
     mem = " / ".join(f"{mb[m]:.0f}" if m in mb else "-" for m in ("reference", *MODES))
     ours = min(s[m] for m in modes)
     if setting == "equal":
@@ -241,9 +263,10 @@ def row(model, P, algo, setting, K, sched, rounds, r, modes) -> str:
         ks = [k for _, kk in timed for k in kk]
         k = f"E={epochs(K):g}: K_i {min(ks)}-{max(ks)}, {steps:.0f}/round"
         where = f"papers: {'/'.join(str(len(S)) for S, _ in timed)} active"
-    return (f"| {model} | {P:,} | {algo} | {where} | {k} | {s['reference']:.3f} | "
-            + " | ".join(sec[m] for m in MODES) + f" | {s['floor']:.3f} | {steps / ours:.0f} | "
-            + " | ".join(up[m] for m in MODES) + f" | {s['reference'] / s['floor']:.2f}x | {mem} |")
+    best = f"{ref / s['floor']:.2f}x" if ref else ""
+    return (f"| {model} | {P:,} | {algo} | {where} | {k} | {sec['reference']} | "
+            + " | ".join(sec[m] for m in MODES) + f" | {sec['floor']} | {steps / ours:.0f} | "
+            + " | ".join(up[m] for m in MODES) + f" | {best} | {mem} |")
 
 
 def main(argv=None):
@@ -259,6 +282,9 @@ def main(argv=None):
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--modes", default="loop,vmap,compile", help="ours to time: loop, vmap, compile (vmap under "
                    "--compile); vmap of a conv net on a CPU is slow; the table says 'not run' for a mode left out")
+    p.add_argument("--no-reference", action="store_true", help="time ours only (no reference, no floor)")
+    p.add_argument("--cold-reference", action="store_true", help="no warm-up round for the reference and the "
+                   "floor (ours still get one; the reference builds everything afresh each round anyway)")
     p.add_argument("--no-write", action="store_true", help="print the table only")
     a = p.parse_args(argv)
     device = resolve(a.device)
@@ -290,8 +316,9 @@ def main(argv=None):
         P = sum(t.numel() for t in build_model(model, MODELS[model], 10).parameters())
         for algo in a.algos.split(","):
             for setting in settings:
-                fns, sched = runners(model, algo, ds, K, device, ds.augmentable, modes, setting)
-                r = measure(fns, a.rounds, device)
+                fns, sched = runners(model, algo, ds, K, device, ds.augmentable, modes, setting,
+                                     reference=not a.no_reference)
+                r = measure(fns, a.rounds, device, cold=("reference", "floor") if a.cold_reference else ())
                 rows.append(row(model, P, algo, setting, K, sched, a.rounds, r, modes))
                 print(rows[-1], flush=True)
     if device.type != "cuda":
