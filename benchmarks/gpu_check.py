@@ -37,7 +37,8 @@ ALGOS = ("fedavg", "fedsam", "fedsmoo")
 
 # ---- one step --------------------------------------------------------------------------------------------------
 def peak_wrapper(peak_file: str, argv: list[str]) -> int:
-    """Run ``-m MODULE args`` or ``SCRIPT args`` in this process, then write its peak memory to ``peak_file``."""
+    """Run ``-m MODULE args``, ``-c CODE`` or ``SCRIPT args`` in this process; write its peak memory to
+    ``peak_file``."""
     import resource
     import runpy
     rc = 0
@@ -45,6 +46,9 @@ def peak_wrapper(peak_file: str, argv: list[str]) -> int:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
         else:
             sys.argv = list(argv)
             sys.path.insert(0, str(Path(argv[0]).resolve().parent))
