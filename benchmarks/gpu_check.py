@@ -241,7 +241,8 @@ def plan(smoke: bool, work: Path) -> list[Step]:
                  "--settings", "equal", "--cold-reference", "--no-write"]
         model, train_n, n_test, clients, steps, samples, grid, t = "cnn", 240, 60, 4, 1, 32, "3", 150
     else:
-        speed = ["--device", "cuda", "--models", "resnet18gn", "--clients", "100", "--steps", "resnet18gn=50",
+        speed = ["--device", "cuda", "--threads", "8", "--models", "resnet18gn", "--clients", "100", "--steps",
+                 "resnet18gn=50",
                  "--rounds", "1", "--settings", "equal", "--cold-reference", "--no-write"]
         model, train_n, n_test, clients, steps, samples, grid, t = "resnet18gn", 5000, 1000, 10, 2, 512, "11", None
     env_code = ("import torch, sys, platform; c = torch.cuda.is_available(); print(f'python {platform.python_version()}"
@@ -265,10 +266,10 @@ def plan(smoke: bool, work: Path) -> list[Step]:
              t or 35, parse_train(ckpt)),
         Step("probe hessian", ["-m", "fedlab_analysis.probe", "hessian", str(run), "--samples", str(samples),
                                "--top-k", "1", "--json", str(work / "hessian.json"), *common],
-             t or 25, parse_json_line(["eigenvalues", "top_eigenvalue", "n_products", "seconds_total"])),
+             t or 25, parse_json_line(["eigenvalues", "residuals", "n_products", "seconds", "n_samples"])),
         Step("probe landscape", ["-m", "fedlab_analysis.probe", "landscape", str(run), "--samples", str(samples),
                                  "--grid", grid, "--json", str(work / "landscape.json"), *common],
-             t or 25, parse_json_line(["center", "min", "max", "loss_min", "loss_max", "seconds_total"])),
+             t or 25, parse_json_line(["center_loss", "min_loss", "max_loss", "grid", "n_samples"])),
         Step("compile: vmap under --compile" + (" (smoke: MLP)" if smoke else ", ResNet-18-GN"),
              ["benchmarks/round_speed.py", *speed, "--algos", ",".join(ALGOS), "--modes", "compile",
               "--no-reference"], t or 10 ** 6, parse_speed),
