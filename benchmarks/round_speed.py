@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import platform
 import re
@@ -321,6 +322,8 @@ def main(argv=None):
                 r = measure(fns, a.rounds, device, cold=("reference", "floor") if a.cold_reference else ())
                 rows.append(row(model, P, algo, setting, K, sched, a.rounds, r, modes))
                 print(rows[-1], flush=True)
+                del fns, sched                   # a Run and its callbacks form cycles: free each row's runs now
+                gc.collect()                     # (CIFAR-shaped rows held ~2 GB each until the OOM killer came)
     if device.type != "cuda":
         rows.append("| GPU rows | | | | | not measured here (benchmarks/gpu_check.sh runs them on a GPU) |"
                     + " |" * 10)
