@@ -1,5 +1,9 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
-# torch is installed first from the pinned CPU wheel (never a CUDA build, never torchvision).
+# torch is installed first: `$(TORCH)`, the pinned version, with plain pip from the configured index (never
+# torchvision). That is a CPU wheel where the registry serves one (the CPU index, macOS); elsewhere it is whatever the
+# index serves: PyPI's Linux x86_64 torch wheel is a CUDA build. For a chosen CUDA build, e.g.
+#   make TORCH="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130"
+# (the GPU path was tested with 2.11.0+cu130; README, "On a GPU machine"). A torch already in the venv is kept.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin

@@ -13,7 +13,13 @@ What makes it "simulator-style", on purpose:
   and SGD's weight decay carries ``wd`` (plus ``lamb`` for FedDyn / FedSMOO);
 - SAM-type steps (FedSAM, FedSMOO, FedLESAM) perturb the parameters in place and step back, as the simulator's
   ESAM / DRegSAM / LESAM optimizers do.
-Per-round rules (Delta_i = x_i - w^t, K = local_steps, S the active clients, N all clients):
+Local work: ``local_steps`` K for every client, or ``local_epochs`` E passes over each client's DataLoader, so
+client i takes K_i = E * ceil(n_i / B) steps, the last batch of an epoch partial (the papers' setting, as the
+simulator's ``train`` loop does it); SCAFFOLD and FedCM then divide each client's update by its own K_i.
+On CUDA the reference runs under the simulator's ``train.py`` switches (``cudnn.deterministic = True``, TF32
+matmuls and convolutions on), set around each of its rounds and restored after, so code timed beside it keeps its
+own settings (``sim_flags=False`` leaves torch's as they are).
+Per-round rules (Delta_i = x_i - w^t, K = K_i, S the active clients, N all clients):
     fedavg    w <- w + mean_S Delta_i
     scaffold  d = g + c - c_i;  c_i+ = c_i - c - Delta_i / (K lr);  c += sum_S (c_i+ - c_i) / N
     feddyn    d = g + lamb (h_i - w) + (wd + lamb) x;  h_i += Delta_i;  w <- mean_S x_i + mean_N h_i
@@ -30,6 +36,9 @@ Equal to the trainer's code forms to 1e-10 in float64 with the same minibatches 
 Not part of the package: benchmarks import it by path.
 """
 from __future__ import annotations
+
+import contextlib
+import math
 
 import numpy as np
 import torch
@@ -77,11 +86,13 @@ def load_flat(model: torch.nn.Module, flat: torch.Tensor) -> None:
 
 class ReferenceSim:
     def __init__(self, algo, build_model, clients, *, active=10, local_steps=50, batch_size=50, lr=0.1,
-                 augment=False, clip=10.0, rho=0.1, lamb=0.1, alpha=0.1, wd=1e-3, seed=0, device="cpu"):
+                 augment=False, clip=10.0, rho=0.1, lamb=0.1, alpha=0.1, wd=1e-3, seed=0, device="cpu",
+                 local_epochs=None, sim_flags=True):
         if algo not in ALGOS:
             raise ValueError(f"algo must be one of {', '.join(ALGOS)} (got {algo!r})")
         self.algo, self.build_model, self.clients = algo, build_model, clients
         self.active, self.K, self.B, self.lr = active, local_steps, batch_size, lr
+        self.E, self.sim_flags = local_epochs, sim_flags
         self.augment, self.clip, self.rho, self.lamb, self.alpha, self.wd = augment, clip, rho, lamb, alpha, wd
         self.seed, self.device, self.t = seed, torch.device(device), 0
         torch.manual_seed(seed)
@@ -99,6 +110,26 @@ class ReferenceSim:
         if algo == "fedlesam":
             self.u = z()                                     # the last global update, zero before round 1
         self.rng = np.random.default_rng(seed)
+
+    def steps(self, i: int) -> int:
+        """K_i: ``local_steps``, or E * ceil(n_i / B) with ``local_epochs`` (rounded as the trainer does)."""
+        if self.E is None:
+            return self.K
+        return max(1, round(self.E * math.ceil(len(self.clients[i][1]) / self.B)))
+
+    @contextlib.contextmanager
+    def flags(self):
+        """The simulator's train.py switches on CUDA (deterministic cuDNN, TF32), restored afterwards."""
+        if self.device.type != "cuda" or not self.sim_flags:
+            yield
+            return
+        b = torch.backends
+        old = (b.cudnn.deterministic, b.cudnn.benchmark, b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+        b.cudnn.deterministic, b.cudnn.benchmark, b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = True, False, True, True
+        try:
+            yield
+        finally:
+            b.cudnn.deterministic, b.cudnn.benchmark, b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
 
     # ---- pieces a test may replace -----------------------------------------------------------------
     def sample(self) -> list[int]:
@@ -136,8 +167,8 @@ class ReferenceSim:
             mu, s = self.mu[i].to(dev), self.s.to(dev)
         if algo == "fedlesam":
             e_les = -self.rho * self.u.to(dev) / (self.u.norm() + 1e-7)
-        step = 0
-        while step < self.K:
+        step, K = 0, self.steps(i)
+        while step < K:
             for xb, yb in self.loader(i):
                 xb, yb = xb.to(dev), yb.to(dev)
                 opt.zero_grad()
@@ -166,7 +197,7 @@ class ReferenceSim:
                     torch.nn.utils.clip_grad_norm_(params, max_norm=self.clip)
                 opt.step()
                 step += 1
-                if step == self.K:
+                if step == K:
                     break
         if algo == "fedsmoo":
             self.mu[i] = mu.cpu()
@@ -184,10 +215,12 @@ class ReferenceSim:
     def round(self) -> None:
         S = torch.as_tensor(self.sample(), dtype=torch.long)
         N, algo = len(self.clients), self.algo
-        x = torch.stack([self._train_client(int(i)) for i in S])         # [|S|, P] final local models
+        with self.flags():
+            x = torch.stack([self._train_client(int(i)) for i in S])     # [|S|, P] final local models
         delta = x - self.w
+        K = torch.tensor([float(self.steps(int(i))) for i in S], dtype=x.dtype)[:, None]     # each client's own K_i
         if algo == "scaffold":
-            new = self.c_i[S] - self.c - delta / (self.K * self.lr)
+            new = self.c_i[S] - self.c - delta / (K * self.lr)
             self.c = self.c + (new - self.c_i[S]).sum(0) / N
             self.c_i[S] = new
         if algo in ("feddyn", "fedsmoo"):
@@ -199,7 +232,7 @@ class ReferenceSim:
             m = self.mu[S].mean(0)
             self.s = self.rho * m / (m.norm() + 1e-7)
         if algo == "fedcm":
-            self.D = -delta.mean(0) / (self.K * self.lr)
+            self.D = -(delta / (K * self.lr)).mean(0)
         if algo == "fedlesam":
             self.u = w_new - self.w
         self.w = w_new

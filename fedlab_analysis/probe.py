@@ -87,8 +87,9 @@ COST = {
     "sharpness": "cost: --method one_step: 1 gradient + 1 pass; ascent: --steps + 1 gradients and about as many "
                  "passes; --local: the same for every client on its own data, plus the global mixture.",
     "drift": "cost: one gradient pass over the samples.",
-    "stability": "cost: retrains from round 0: (--pairs + 1) coupled runs x --rounds rounds, each round about "
-                 "the trainer's round time; plus one pass over the train and test data.",
+    "stability": "cost: retrains from round 0: --pairs x 2 coupled runs x --rounds rounds (the pairs one after "
+                 "the other, so memory is that of two runs), each round about the trainer's round time; plus one "
+                 "pass over the train and test data.",
     "margin": "cost: one pass over the samples, plus power iterations for the spectral norm of each large "
               "convolution (--perturb sam adds one gradient).",
 }

@@ -1,4 +1,5 @@
-"""python -m fedlab_analysis.sweep SWEEP.yaml [--backend local|ray] [--address ADDR] [--workers N] [--out DIR]
+"""python -m fedlab_analysis.sweep SWEEP.yaml [--backend local|ray] [--address ADDR] [--workers N] [--gpus 0,1]
+                                             [--out DIR]
 
 A sweep is a grid of ordinary runs. The YAML file names ``base:`` (RunConfig fields), ``grid:`` (any RunConfig
 key -> a list of values; the runs are the Cartesian product, ``seed`` included; an entry may be a mapping that sets
@@ -9,6 +10,12 @@ hash of its resolved config, so the same run is never trained twice: an interrup
 where it stopped. A run that raises is recorded in RUN/failed.json and retried only with --retry-failed; finished
 runs hold RUN/done.json; probe results go to RUN/probes/LABEL.json; OUT/sweep.json lists every cell. Bad sweep
 files are one line and exit 2 before anything is written.
+
+Where runs go: the local backend runs ``--workers`` processes (default 2 on a CPU, or the cores if fewer: torch
+runs use several threads each, so one per core oversubscribes the machine). ``--gpus 0,1`` (or ``all``) gives each
+listed GPU one worker process of its own (``--workers`` more cycle over them) and puts every run that is not
+``device: cpu`` on its worker's GPU (``cuda:i``; the device never enters a run's name). The Ray backend gives each
+run the ``resources:`` of the sweep file (``num_gpus: 1``: Ray picks the GPU and hides the others from the run).
 
 Notebook use: ``sweep.run("sweeps/fedsmoo_table2.yaml", out="runs/t2")`` returns a pandas DataFrame (one row
 per run); ``report.table("runs/t2")`` turns it into the mean +- std table. In a script, call it under
@@ -260,6 +267,8 @@ def run_one(task: dict) -> dict:
         cfg = RunConfig.from_dict(task["config"])
         threads = torch.get_num_threads()          # restored after: workers=1 runs in the caller's process
         set_threads(cfg.threads)
+        if cfg.device.startswith("cuda:") and torch.cuda.is_available():
+            torch.cuda.set_device(int(cfg.device[5:]))      # this run's GPU is also the default one in its process
         try:
             resume = (path / "ckpt" / "last.pt").exists()     # killed before a checkpoint: start that run again
             run = train(cfg, path, resume=resume, overwrite=not resume, callbacks=build(cfg))
@@ -269,6 +278,7 @@ def run_one(task: dict) -> dict:
         finally:
             torch.set_num_threads(threads)
         record = {"status": "done", "round": run.t, "final": run.last_row or {}, "seconds": time.perf_counter() - t0,
+                  "device": str(run.device), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                   "probes": {label: r.get("summary") for label, r in results.items()}}
         _write_json(path / "done.json", record)
     except Exception as e:                    # noqa: BLE001  (any failure of one run is recorded, not fatal)
@@ -287,31 +297,97 @@ def failed(task: dict, e: BaseException, seconds: float | None = None) -> dict:
     return {**task, "status": "failed", "error": error}
 
 
+# ---- where runs go: workers and GPUs ---------------------------------------------------------------------
+def visible_gpus() -> list[int]:
+    """The CUDA devices this process sees (tests replace this function)."""
+    import torch
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+def parse_gpus(spec) -> list[int] | None:
+    """``--gpus``: None, ``all``, ``0,1`` or a list of ints -> the GPU indices, each one this machine has."""
+    if spec is None or spec == "" or spec == []:
+        return None
+    seen = visible_gpus()
+    if not seen:
+        raise UserError(f"--gpus {spec}: this torch sees no CUDA device; drop --gpus (or install a CUDA build of "
+                        "torch, see the README's GPU section)")
+    if spec == "all":
+        return seen
+    try:
+        ids = [int(g) for g in (spec.split(",") if isinstance(spec, str) else spec)]
+    except ValueError:
+        raise UserError(f"--gpus: {spec!r} is not a list of GPU numbers; use e.g. 0,1 or all") from None
+    bad = [g for g in ids if g not in seen]
+    if bad or len(set(ids)) != len(ids):
+        raise UserError(f"--gpus: {spec!r} names {'a GPU twice' if not bad else f'GPU {bad[0]}'}; this machine has "
+                        f"cuda:{seen[0]} to cuda:{seen[-1]}")
+    return ids
+
+
+def default_workers(gpus: list[int] | None) -> int:
+    """One worker per listed GPU; on a CPU, 2 (or the cores, if fewer): each torch run uses threads of its own."""
+    if gpus:
+        return len(gpus)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(2, cores))
+
+
+def slots(workers: int, gpus: list[int] | None) -> list[str | None]:
+    """The device of each worker: the GPUs in turn (``cuda:i``), or None (each run's own device)."""
+    return [f"cuda:{gpus[i % len(gpus)]}" if gpus else None for i in range(workers)]
+
+
+def placed(task: dict, slot: str | None) -> dict:
+    """The task with its run put on the worker's GPU ``slot`` (runs asking for ``device: cpu`` stay there)."""
+    if slot is None or task["config"].get("device") == "cpu":
+        return task
+    return {**task, "config": {**task["config"], "device": slot}}
+
+
 # ---- backends --------------------------------------------------------------------------------------------
 def _worker():
     """run_one by reference to this module (also when the driver runs as ``python -m``)."""
     return importlib.import_module("fedlab_analysis.sweep").run_one
 
 
-def _local(tasks, workers: int, done):
-    """A pool of ``workers`` processes (spawn: no forked torch state); ``workers=1`` runs in this process."""
-    if workers == 1:
+def _pool():
+    """One worker process (spawn: no forked torch state); tests replace this with a thread."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _local(tasks, devices: list, done):
+    """One worker process per entry of ``devices`` (``slots``), each taking the next run when its last one ends
+    and putting it on its device; a single worker without a device runs in this process."""
+    if devices == [None]:
         for t in tasks:
             done(_worker()(t))
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker(), t): t for t in tasks}
-        try:
-            for f in as_completed(futures):
+    from concurrent.futures import FIRST_COMPLETED, wait
+    pools = [_pool() for _ in devices]
+    free, queue, running = list(range(len(devices))), list(tasks), {}
+    try:
+        while queue or running:
+            while queue and free:
+                w = free.pop(0)
+                t = placed(queue.pop(0), devices[w])
+                running[pools[w].submit(_worker(), t)] = (t, w)
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                t, w = running.pop(f)
+                free.append(w)
                 try:
                     done(f.result())
                 except Exception as e:        # noqa: BLE001  (a worker process died: out of memory, a crash)
-                    done(failed(futures[f], e))
-        except KeyboardInterrupt:
-            pool.shutdown(cancel_futures=True)
-            raise
+                    done(failed(t, e))
+    except KeyboardInterrupt:
+        for p in pools:
+            p.shutdown(cancel_futures=True)
+        raise
+    for p in pools:
+        p.shutdown()
 
 
 def _ray_start(address, workers):
@@ -398,7 +474,7 @@ def probe_values(summaries: dict) -> dict:
 
 
 def run(sweep, out=None, backend: str = "local", address: str | None = None, workers: int | None = None,
-        retry_failed: bool = False, quiet: bool = False):
+        retry_failed: bool = False, quiet: bool = False, gpus=None):
     """Run every cell of ``sweep`` (a YAML path or a dict) that has not finished yet; returns a DataFrame with one
     row per run (grid keys, name, status, path, final metrics, probe values). Raises UserError on a bad sweep."""
     source = str(sweep) if not isinstance(sweep, dict) else "sweep"
@@ -413,7 +489,12 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
         raise UserError("--address: only with --backend ray")
     if workers is not None and workers < 1:
         raise UserError(f"--workers: must be >= 1 (got {workers})")
-    workers = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    if gpus is not None and backend == "ray":
+        raise UserError("--gpus: only with --backend local; Ray places runs on GPUs by the sweep file's "
+                        "resources: num_gpus")
+    gpus = parse_gpus(gpus)
+    ray_cpus = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    workers = workers or default_workers(gpus)
     out_dir(out, "--out")
     tasks, meta = plan(spec, out, source)
     for t in tasks:
@@ -422,7 +503,7 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
             t["error"] = json.loads((Path(t["path"]) / "failed.json").read_text()).get("error")
     todo = [t for t in tasks if t["status"] == "pending" or (retry_failed and t["status"] == "failed")]
 
-    ray, started = _ray_start(address, workers) if backend == "ray" else (None, False)
+    ray, started = _ray_start(address, ray_cpus) if backend == "ray" else (None, False)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     by_name = {t["name"]: t for t in tasks}
@@ -444,7 +525,7 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
             bar.write(f"failed: {record['name']} {record['cell']}: {record.get('error')}", file=sys.stderr)
     try:
         if backend == "local":
-            _local(todo, min(workers, max(len(todo), 1)), done)
+            _local(todo, slots(min(workers, max(len(todo), 1)), gpus), done)
         else:
             _ray(ray, todo, meta["resources"], done)
     finally:
@@ -462,7 +543,11 @@ def parser() -> argparse.ArgumentParser:
                    help="local: a process pool on this machine; ray: one Ray task per run")
     p.add_argument("--address", default=None, help="Ray cluster address (e.g. auto or HEAD_IP:6379); "
                    "default: a local Ray runtime")
-    p.add_argument("--workers", type=int, default=None, help="parallel runs (default: the CPU cores here)")
+    p.add_argument("--workers", type=int, default=None, help="parallel runs of the local backend (default: one "
+                   "per --gpus GPU, else 2, or the cores if fewer); Ray: the CPUs of a local runtime (default: the "
+                   "cores)")
+    p.add_argument("--gpus", default=None, metavar="0,1|all", help="local backend: one worker per listed GPU, each "
+                   "run on its worker's GPU (cuda:i)")
     p.add_argument("--out", default=None, help="output directory (default: runs/<sweep file name>)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -474,7 +559,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         df = run(args.sweep, out=args.out, backend=args.backend, address=args.address, workers=args.workers,
-                 retry_failed=args.retry_failed, quiet=args.quiet)
+                 retry_failed=args.retry_failed, quiet=args.quiet, gpus=args.gpus)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -96,3 +96,36 @@ def test_augmentation_keeps_shape_and_moves_pixels():
     out = np.stack([ds[i][0].numpy() for i in range(6) for _ in range(4)])
     assert out.shape == (24, 3, 8, 8)
     assert any(not np.array_equal(o, x[k // 4]) for k, o in enumerate(out))
+
+
+@pytest.mark.parametrize("algo", ["fedavg", "scaffold", "fedcm"])
+def test_local_epochs_with_unequal_clients_equal_the_trainer(algo):
+    """The papers' setting in the reference: E local epochs over clients of unequal size (K_i = E ceil(n_i / B),
+    the last batch of an epoch partial), SCAFFOLD's c_i and FedCM's Delta divided by each client's own K_i."""
+    make = lambda: build_model("mlp", (6,), 3, seed=5, widths=[16]).to(torch.float64)   # noqa: E731
+    sizes = [40, 25, 13]
+    clients = [client_data(n=n, seed=s) for s, n in enumerate(sizes)]
+    off = np.cumsum([0, *sizes])
+    cfg = RunConfig(algo=algo, model="mlp", model_kwargs={"widths": [16]}, partition="natural", active_ratio=1.0,
+                    local_epochs=2, batch_size=8, lr=0.1, lr_decay=1.0, wd=1e-3, clip=0.3, alpha=0.3,
+                    dtype="float64", eval_train_samples=10, quiet=True, **CODE_FORMS)
+
+    class SameOrder(reference_sim.ReferenceSim):
+        def loader(self, i):
+            xs, ys = self.clients[i]
+            order = [(b - int(off[i])).tolist() for b in run.round_ctx(self.t).batches[i]]
+            return DataLoader(TensorDataset(torch.from_numpy(xs), torch.from_numpy(ys)), batch_sampler=order)
+
+    sim = SameOrder(algo, make, clients, active=3, local_epochs=2, batch_size=8, lr=0.1, clip=0.3, wd=1e-3,
+                    alpha=0.3)
+    assert [sim.steps(i) for i in range(3)] == [10, 8, 4]
+    start = make()
+    reference_sim.load_flat(start, sim.w)
+    x, y = np.concatenate([c[0] for c in clients]), np.concatenate([c[1] for c in clients])
+    ds = Dataset.from_tensors(x, y, x[:5], y[:5], natural_clients=[np.arange(off[i], off[i + 1]) for i in range(3)])
+    run = Run(cfg, dataset=ds, init=dict(start.named_parameters()))
+    assert run.round_ctx(0).K.tolist() == [10, 8, 4]
+    for _ in range(3):
+        run.round()
+        sim.round()
+        assert (run.w - sim.w).abs().max() <= 1e-10, algo

@@ -46,7 +46,7 @@ def local_sweep(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ray_runtime():
     import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)   # two GPUs as Ray resources
     yield ray
     ray.shutdown()
 
@@ -235,3 +235,68 @@ def test_base_parameter_goes_to_the_algorithms_that_read_it(tmp_path):
     plain, _ = sweep.plan({"base": {**TINY, "active_ratio": 1.0, "local_steps": 5}, "grid": {"algo": ["fedavg"]}},
                           tmp_path)
     assert plain[0]["name"] == by["fedavg"]["name"]
+
+
+# ---- where runs go: workers and GPUs ------------------------------------------------------------------------
+def test_gpus_are_checked_against_the_visible_ones(monkeypatch):
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: [0, 1, 2])
+    assert sweep.parse_gpus("0,2") == [0, 2] and sweep.parse_gpus("all") == [0, 1, 2] and sweep.parse_gpus(None) is None
+    for bad in ("3", "0,0", "x"):
+        with pytest.raises(sweep.UserError, match="--gpus"):
+            sweep.parse_gpus(bad)
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: [])
+    with pytest.raises(sweep.UserError, match="sees no CUDA device"):
+        sweep.parse_gpus("0")
+
+
+def test_default_workers_one_per_gpu_else_two(monkeypatch):
+    monkeypatch.setattr(sweep.os, "sched_getaffinity", lambda _: set(range(16)), raising=False)
+    assert sweep.default_workers(None) == 2 and sweep.default_workers([0, 1, 2]) == 3
+    monkeypatch.setattr(sweep.os, "sched_getaffinity", lambda _: {0}, raising=False)
+    assert sweep.default_workers(None) == 1
+    assert sweep.slots(3, [4, 7]) == ["cuda:4", "cuda:7", "cuda:4"] and sweep.slots(2, None) == [None, None]
+
+
+def test_local_backend_puts_each_run_on_its_workers_gpu(tmp_path, monkeypatch):
+    """Two visible GPUs (mocked), --gpus all: two workers, each run on its worker's GPU, never two runs on one GPU
+    at a time; a run that asks for the CPU stays there. The worker is a stand-in that records where it ran."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: [0, 1])
+    monkeypatch.setattr(sweep, "_pool", lambda: ThreadPoolExecutor(max_workers=1))
+    busy, log, lock = {}, [], threading.Lock()
+
+    def fake_run_one(task):
+        dev = task["config"]["device"]
+        with lock:
+            assert not busy.get(dev), f"two runs at once on {dev}"
+            busy[dev] = True
+        time.sleep(0.05)
+        with lock:
+            busy[dev] = False
+            log.append((task["cell"]["seed"], dev))
+        Path(task["path"]).mkdir(parents=True, exist_ok=True)
+        (Path(task["path"]) / "done.json").write_text(json.dumps({"final": {}}))
+        return {**task, "status": "done"}
+    monkeypatch.setattr(sweep, "_worker", lambda: fake_run_one)
+    spec = {"base": {**TINY, "device": "cuda"}, "grid": {"seed": list(range(6))}}
+    df = sweep.run(spec, out=tmp_path / "g", gpus="all", quiet=True)
+    assert (df["status"] == "done").all() and len(log) == 6
+    assert {d for _, d in log} == {"cuda:0", "cuda:1"}
+    log.clear()
+    df = sweep.run({"base": {**TINY, "device": "cpu"}, "grid": {"seed": [7, 8]}}, out=tmp_path / "c", gpus="0",
+                   quiet=True)
+    assert [d for _, d in log] == ["cpu", "cpu"]
+    with pytest.raises(sweep.UserError, match="--gpus: only with --backend local"):
+        sweep.run(spec, out=tmp_path / "r", backend="ray", gpus="0", quiet=True)
+
+
+def test_ray_backend_keeps_num_gpus(ray_runtime, tmp_path):
+    """A real Ray runtime with two (declared) GPUs: resources num_gpus 1 gives each run one GPU of its own, which
+    Ray exposes to it through CUDA_VISIBLE_DEVICES (recorded in done.json); the runs here use the CPU."""
+    spec = {"base": {**TINY, "device": "cpu"}, "grid": {"seed": [0, 1]}, "resources": {"num_cpus": 1, "num_gpus": 1}}
+    df = sweep.run(spec, out=tmp_path / "ray", backend="ray", quiet=True)
+    assert (df["status"] == "done").all()
+    seen = [json.loads((Path(p) / "done.json").read_text())["cuda_visible_devices"] for p in df["path"]]
+    assert all(v in ("0", "1") for v in seen), seen

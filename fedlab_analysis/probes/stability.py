@@ -16,11 +16,15 @@
 The trainer draws every random number from (seed, round, client, purpose), so two Runs with one config share
 client draws and minibatch indices; the replacement z' has the label of z_{j*} so that label-based partitions
 give the same clients. The neighbour run is advanced round by round beside the base run (``Shadow``), which is
-how the training hook measures stability during a real run.
+how the training hook measures stability during a real run. Memory: the probe (``uniform_stability``) holds two
+runs at a time, the base and one neighbour: the pairs are trained one after the other, the base retrained for
+each (the same numbers, checked), and delta_last keeps one norm per client rather than two [m, P] tables. The
+training hook advances all its pairs beside the one run it watches, so it holds 1 + pairs runs.
 """
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import numpy as np
 import torch
@@ -111,8 +115,9 @@ class Shadow:
         self.client = next(i for i, ix in enumerate(idx) if bool((ix == j).any()))
         self.pair = {"client": self.client, "index": j,
                      **({"test_index": int(pair["test_index"])} if "test_index" in pair else {})}
-        w0 = self.run.w.expand(self.run.m, -1)        # w_i^last = w^0 before a client's first round (both runs)
-        self.last = [w0.clone(), w0.clone()]
+        # ||w_i^last - w~_i^last|| per client: 0 before a client's first round (both runs start at the same w^0),
+        # then the distance of its latest final local models; one number per client, not two [m, P] tables
+        self.dist_last = torch.zeros(self.run.m, dtype=torch.float64)
         self.delta_last, self.touches, self.x = 0.0, 0, None
         self.run.callbacks.append(self._capture)
 
@@ -133,8 +138,8 @@ class Shadow:
         d0 = float((ctx.x0 - ctx2.x0).norm(dim=1).mean())
         dK = float((x - self.x).norm(dim=1).mean())
         r_init = _ratio(d0, self.delta_last)
-        self.last[0][ctx.S], self.last[1][ctx.S] = x, self.x
-        self.delta_last = float((self.last[0] - self.last[1]).norm(dim=1).mean())
+        self.dist_last[ctx.S.cpu()] = (x - self.x).norm(dim=1).double().cpu()
+        self.delta_last = float(self.dist_last.mean())
         return {"round": base.t, "delta_w": float((base.w - self.run.w).norm()), "delta_0": d0, "delta_K": dK,
                 "delta_last": self.delta_last, "r_init": r_init, "r_local": _ratio(dK, d0),
                 "touches": self.touches, "client_active": self.client in active}
@@ -236,26 +241,44 @@ def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0,
     """Train ``cfg`` and ``pairs`` neighbouring runs for ``rounds`` rounds (default cfg.rounds) in lock-step with
     coupled randomness (Hardt et al. 2016; FedInit Definition 11). Returns ``rows`` (one per pair and round),
     ``summary`` (``summarise``), the base run's final train-test ``gap``, and with ``keep_runs`` the Run objects
-    (``base``, ``shadows``).
-    ``callbacks`` are attached to the base run too (e.g. ``make_hook("gap")``)."""
+    of the last pair (``base``, ``shadow``).
+    Two runs at a time: the pairs are trained one after the other, each beside a fresh base run (the base runs of
+    all pairs are the same run, checked bit for bit), so memory stays that of two runs for any number of pairs.
+    ``callbacks`` are attached to the first base run (e.g. ``make_hook("gap")``)."""
     cfg = dataclasses.replace(cfg, rounds=int(rounds or cfg.rounds), quiet=True)
     from ..trainers.engine import Run
-    base = Run(cfg, dataset=dataset)
-    hook = make_hook("stability", every or cfg.rounds, pairs=pairs, seed=seed, client=client, pool=pool)
-    base.callbacks += [hook, *callbacks]
     from .common import bar
-    with bar(cfg.rounds, f"stability: coupled round ({1 + len(pairs) if isinstance(pairs, list) else 1 + pairs} "
-                         "runs)", "round") as pb:
-        for _ in range(cfg.rounds):
-            base.round()
-            pb.update(1)
+    base = Run(cfg, dataset=dataset)
+    plist = pairs if isinstance(pairs, list) else \
+        [draw_pair(base.ds, base.part.indices, seed + p, client) for p in range(int(pairs))]
+    if not plist:
+        raise UserError("the stability probe needs at least one neighbouring pair (--pairs >= 1)")
+    rows, pair_info, w_first, hook = [], [], None, None
+    with bar(cfg.rounds * len(plist), "stability: coupled rounds (2 runs at a time)", "round") as pb:
+        for p, pair in enumerate(plist):
+            if p:                                         # the previous pair's two runs go before the next come
+                del hook, base
+                gc.collect()                              # (a Shadow and its Run refer to each other)
+                base = Run(cfg, dataset=dataset)
+            hook = make_hook("stability", every or cfg.rounds, pairs=[pair], seed=seed, client=client, pool=pool)
+            base.callbacks += [hook, *(callbacks if p == 0 else ())]
+            for _ in range(cfg.rounds):
+                base.round()
+                pb.update(1)
+            rows += [{**r, "pair": p} for r in hook.rows]
+            pair_info.append(hook.shadows[0].pair)
+            if w_first is None:
+                w_first = base.w.clone()
+            elif not torch.equal(base.w, w_first):
+                raise UserError("the base run differed between pairs; the stability probe needs a deterministic "
+                                "trainer (same config and seed give the same run)")
     base.model.eval()
     union = torch.cat(base.idx).unique()
-    out = {"rounds": cfg.rounds, "beta": ri_beta(cfg), "pairs": [sh.pair for sh in hook.shadows],
-           "rows": hook.rows, "summary": summarise(hook.rows, ri_beta(cfg)),
+    out = {"rounds": cfg.rounds, "beta": ri_beta(cfg), "pairs": pair_info,
+           "rows": rows, "summary": summarise(rows, ri_beta(cfg)),
            "gap": generalization_gap(base.forward, base.w, base.X[union], base.Y[union], base.Xte, base.Yte)}
     if keep_runs:
-        out.update(base=base, shadows=hook.shadows)
+        out.update(base=base, shadow=hook.shadows[0])
     return out
 
 
@@ -294,7 +317,7 @@ def run(args, b):
         st = uniform_stability(cfg, R, args.pairs, seed=args.seed, client=args.client, pool=args.pool,
                                dataset=ds, keep_runs=True)
         base = st.pop("base")
-        st.pop("shadows")
+        st.pop("shadow")
         if R == int(b.ckpt["round"]):
             st["base_matches_checkpoint_max_abs"] = float((base.w.cpu().double() - b.theta.cpu().double()).abs().max())
         out["stability"] = st
