@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_TESTS = "cuda and not without_cuda and not fuzz_cli and not usability"
-BUDGET_S = float(os.environ.get("GPU_CHECK_BUDGET_S", 345))   # the whole GPU check (6 minutes less the start); env to adjust
+BUDGET_S = float(os.environ.get("GPU_CHECK_BUDGET_S", 345))   # the whole check (6 min less the start)
 SMOKE_BUDGET_S = 600               # --smoke: about 40 s of CPU; the wall clock allows for a shared, loaded machine
 ALGOS = ("fedavg", "fedsam", "fedsmoo")
 
