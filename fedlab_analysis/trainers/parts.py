@@ -192,13 +192,14 @@ class Scaffold(Part):
         self.scale = scale
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - run.rows(run.state["c_i"], ctx.S))
+        ctx.extra["c_i"] = run.rows(run.state["c_i"], ctx.S)
+        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - ctx.extra["c_i"])
 
     def direction(self, run, ctx, x, d, decay):
         return d.add_(ctx.extra["scaffold_corr"]), decay
 
     def client_end(self, run, ctx, x):
-        c_i = run.rows(run.state["c_i"], ctx.S)     # gathered again rather than held through the round ([n, P])
+        c_i = ctx.extra["c_i"]
         new = c_i - run.state["c"] - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
         ctx.extra["dc"] = new - c_i
         run.put(run.state["c_i"], ctx.S, new)
@@ -219,13 +220,14 @@ class Dyn(Part):
         self.lamb = lamb
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["dyn_corr"] = run.rows(run.state["h"], ctx.S).sub_(anchor(run, ctx)).mul_(self.lamb)
+        ctx.extra["h"] = run.rows(run.state["h"], ctx.S)
+        ctx.extra["dyn_corr"] = self.lamb * (ctx.extra["h"] - anchor(run, ctx))
 
     def direction(self, run, ctx, x, d, decay):
         return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
 
     def client_end(self, run, ctx, x):
-        run.put(run.state["h"], ctx.S, run.rows(run.state["h"], ctx.S).add_(ctx.delta))   # h_i rows gathered again
+        run.put(run.state["h"], ctx.S, ctx.extra["h"] + ctx.delta)
 
     def aggregate(self, run, ctx, x):
         run.state["H"] = run.state["H"] + ctx.delta.sum(0) / run.m
