@@ -27,7 +27,8 @@ SHAPES = {"cifar10": (50000, 10000, (3, 32, 32), 10), "cifar100": (50000, 10000,
           "svhn": (73257, 26032, (3, 32, 32), 10), "mnist": (60000, 10000, (1, 28, 28), 10),
           "fmnist": (60000, 10000, (1, 28, 28), 10)}   # (train, test, input shape, classes): no files needed
 # [n, P] buffers a round holds besides x and one gradient buffer, by part (engine.py / parts.py)
-ROUND_ROWS = {"SAM": 2, "SMOO": 4, "LESAM": 3, "Scaffold": 3, "Dyn": 3, "RelaxedInit": 1, "ALS": 1}
+ROUND_ROWS = {"SAM": 2, "SMOO": 4, "LESAM": 3, "Scaffold": 4, "Dyn": 3, "RelaxedInit": 1, "ALS": 1}
+ENGINE_ROWS = 3       # x, one gradient buffer, and Delta = x - w with the aggregation's temporaries at the round's end
 
 
 @dataclass
@@ -121,7 +122,7 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None) -> Plan:
     feat = math.prod(shape)
     keep = cfg.keep_clients or algo.needs_last_local or any(getattr(h, "needs_last_local", False) for h in hooks)
     tables = len(algo.tables) + keep
-    rows = 2 + (algo.needs_x0 or bool(hooks)) + sum(ROUND_ROWS.get(type(p).__name__, 0) for p in algo.parts)
+    rows = ENGINE_ROWS + (algo.needs_x0 or bool(hooks)) + sum(ROUND_ROWS.get(type(p).__name__, 0) for p in algo.parts)
     conv = dev == "cpu" and len(shape) == 3 and cfg.model != "mlp"
     parallel = cfg.client_parallel if cfg.client_parallel != "auto" else ("loop" if nbuf or conv else "vmap")
     B = cfg.batch_size * (n if parallel == "vmap" else 1)

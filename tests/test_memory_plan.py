@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from fedlab_analysis import plan as planning
-from fedlab_analysis.config import RunConfig
 from fedlab_analysis.train import main as train_main
 from fedlab_analysis.trainers.loop import train
 
@@ -17,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, resource, sys, tempfile, torch
 torch.set_num_threads(1)
-from fedlab_analysis.config import RunConfig
 from fedlab_analysis.data import Dataset
 from fedlab_analysis.plan import plan
 from fedlab_analysis.trainers.loop import train
