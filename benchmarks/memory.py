@@ -60,8 +60,9 @@ def estimate(algo: str, local_steps: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--algos", default="fedavg,scaffold,fedsmoo,fedlesam")
-    ap.add_argument("--code", action="append", help="a checkout whose fedlab_analysis to measure (repeatable); "
-                    "default: this one")
+    ap.add_argument("--code", action="append", help="[LABEL=]DIR: a checkout whose fedlab_analysis to measure "
+                    "(repeatable; e.g. before=/tmp/main-before); default: this one")
+    ap.add_argument("--plan-only", action="store_true", help="print the plan for each algorithm; measure nothing")
     ap.add_argument("--local-steps", type=int, default=2)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -71,15 +72,20 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(HERE))
     from fedlab_analysis.plan import free_memory
     import torch
-    codes = args.code or [os.path.dirname(HERE)]
+    if args.plan_only:
+        print("| algorithm | plan (this code) |\n|---|---|")
+        for algo in args.algos.split(","):
+            print(f"| {algo} | {estimate(algo, args.local_steps) / GiB:.2f} GiB |")
+        return 0
+    codes = [c.split("=", 1) if "=" in c else (os.path.basename(os.path.abspath(c)), c)
+             for c in args.code or [os.path.dirname(HERE)]]
     print(f"# ResNet-18-GN, 100 clients, 10 active, 1 round of {args.local_steps} local steps, synthetic "
           f"CIFAR-10-sized data; torch {torch.__version__}, {platform.machine()}, 1 thread")
     print("| algorithm | code | peak RSS | last.pt | plan (this code) |")
     print("|---|---|---|---|---|")
     for algo in args.algos.split(","):
         est = estimate(algo, args.local_steps)
-        for code in codes:
-            label = os.path.basename(os.path.abspath(code))
+        for label, code in codes:
             avail = free_memory("cpu")
             if est > 0.95 * avail:
                 print(f"| {algo} | {label} | not run: needs ~{est / GiB:.1f} GiB, {avail / GiB:.1f} GiB available | "
