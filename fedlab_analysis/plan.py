@@ -81,7 +81,8 @@ def data_shape(cfg, dataset=None):
 def model_size(cfg, shape, n_classes) -> tuple[int, int, int, int]:
     """(P, float buffers, activation floats per sample, the largest one): the model built on the meta device, one
     forward pass summing every leaf module's output (what autograd keeps for the backward pass, roughly)."""
-    from .models import MODELS, _options
+    from .models import MODELS, _options, build_model
+    build_model(cfg.model, shape, n_classes, **dict(cfg.model_kwargs or {}))   # checks: one UserError line
     cls = MODELS[cfg.model]
     with torch.device("meta"):
         model = cls(tuple(shape), n_classes, **_options(cls, dict(cfg.model_kwargs or {})))
