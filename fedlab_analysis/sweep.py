@@ -551,12 +551,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output directory (default: runs/<sweep file name>)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    p.add_argument("--dry-run", action="store_true", help="print each run's memory and disk plan, the sweep's disk "
+                   "and the free memory, and stop (nothing is trained or written)")
     return p
+
+
+def dry_run(path, out=None, workers: int | None = None) -> list[str]:
+    """Each run's plan (fedlab_analysis.plan), the sweep's disk total and the largest peak."""
+    from . import plan as planning
+    out = Path(out) if out is not None else Path("runs") / Path(path).stem
+    tasks, _ = plan(load(path), out, str(path))
+    lines, disk, peak, dev = [], 0, 0, "cpu"
+    for t in tasks:
+        p = planning.plan(RunConfig.from_dict(t["config"], t["name"]), name=t["name"])
+        lines.extend(p.lines())
+        disk, peak, dev = disk + p.disk_total, max(peak, p.peak), p.device
+    n = min(len(tasks), workers or os.cpu_count() or 1)
+    lines.append(f"sweep: {len(tasks)} runs, disk {planning.gb(disk)}; largest peak {planning.gib(peak)} per run "
+                 f"({n} at a time here: {planning.gib(n * peak)}); free: {planning.gib(planning.free_memory(dev))} "
+                 f"on {dev}, {planning.gb(planning.free_disk(out))} disk at {out}")
+    return lines
 
 
 @guard("sweep")
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.dry_run:
+        try:
+            print("\n".join(dry_run(args.sweep, args.out, args.workers)))
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         df = run(args.sweep, out=args.out, backend=args.backend, address=args.address, workers=args.workers,
                  retry_failed=args.retry_failed, quiet=args.quiet, gpus=args.gpus)

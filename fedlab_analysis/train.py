@@ -28,6 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML (or JSON) file of RunConfig fields; flags override it")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from DIR/ckpt/last.pt")
     p.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
+    p.add_argument("--dry-run", action="store_true", help="print the run's memory and disk plan and the device's free "
+                   "memory, and stop (nothing is trained or written; --out may be left out)")
     add_arguments(p)
     return p
 
@@ -56,9 +58,10 @@ def main(argv=None) -> int:
             base = {**check(rundir.read_config(path), str(path)), **yaml}
             sources = {**{k: str(path) for k in base}, **sources}
             args.out = args.resume
-        if args.out is None:
+        if args.out is None and not args.dry_run:
             raise UserError("--out: give a run directory (it receives config.json, metrics.jsonl and ckpt/)")
-        out_dir(args.out)
+        if args.out is not None:
+            out_dir(args.out)
         for k in flags:                              # a flag overrides the file: name the flag
             sources.pop(k, None)
         cfg = from_args(args, base).validate(sources)
@@ -67,8 +70,15 @@ def main(argv=None) -> int:
         from .probes.hooks import build
         from .trainers.loop import train
         set_threads(cfg.threads)
+        hooks = build(cfg)
+        if args.dry_run:
+            print("\n".join(dry_run(cfg, args.out, hooks)))
+            return 0
+        why = fits(cfg, args.out, hooks)
+        if why:
+            raise UserError(why)
         resume = args.resume is not None and not restart             # a restart begins at round 0 again
-        run = train(cfg, args.out, resume=resume, callbacks=build(cfg), overwrite=args.overwrite or restart)
+        run = train(cfg, args.out, resume=resume, callbacks=hooks, overwrite=args.overwrite or restart)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -79,6 +89,28 @@ def main(argv=None) -> int:
     print(f"{cfg.algo} on {cfg.dataset}: round {run.t}, test_acc {r.get('test_acc', float('nan')):.4f}, "
           f"test_loss {r.get('test_loss', float('nan')):.4f} -> {args.out}")
     return 0
+
+
+def dry_run(cfg: RunConfig, out, hooks=()) -> list[str]:
+    """The plan's lines and what the device and the disk have free."""
+    from . import plan as planning
+    p = planning.plan(cfg, hooks=hooks)
+    lines = p.lines()
+    lines.append(f"  free: {planning.gib(planning.free_memory(p.device))} on {p.device}"
+                 + (f", {planning.gib(planning.free_memory('cpu'))} host memory" if p.host else "")
+                 + f", {planning.gb(planning.free_disk(out or '.'))} disk at {out or '.'}")
+    return lines
+
+
+def fits(cfg: RunConfig, out, hooks=()) -> str | None:
+    """One line when the plan exceeds the device's free memory (or host memory, or the disk), else None."""
+    from . import plan as planning
+    p = planning.plan(cfg, hooks=hooks)
+    why = planning.refusal(p, planning.free_memory(p.device), planning.free_disk(out))
+    if why is None and p.host and sum(p.host.values()) > planning.free_memory("cpu"):    # the tables in host RAM
+        why = (f"--state-device cpu: the tables need about {planning.gib(sum(p.host.values()))} of host memory and "
+               f"{planning.gib(planning.free_memory('cpu'))} is available: use fewer --clients (see --dry-run)")
+    return why
 
 
 if __name__ == "__main__":

@@ -1,0 +1,186 @@
+"""A run's memory and disk plan, from its config alone (no data loaded, no training): ``train --dry-run`` and
+``sweep --dry-run`` print it, and ``train`` refuses a run whose peak would not fit the device.
+
+Peak memory on the run's device = runtime + data + model + per-client tables + the round's working set:
+    data        train and test inputs and labels (the known shapes of the real data sets; embedded ones loaded)
+    model       the flat global model and its few model-sized copies and server vectors (``Part.vectors``)
+    tables      each per-client [m, P] table the algorithm declares (``Part.tables``), plus the clients' last local
+                models where kept; on --state-device cpu they sit in host memory, staged [n, P] rows on the device
+    working     the round's [n, P] buffers (n = the largest active set) and the activations of one minibatch
+                (loop: one client's, vmap: all active clients'), or of an evaluation batch if larger
+Disk = last.pt (all a resume needs) + with --ckpt-keep all a model checkpoint every --ckpt-every rounds.
+The counts of [n, P] buffers are read off the trainer (engine.py, parts.py); tests/test_memory_plan.py checks the
+estimate against measured peak RSS on the CPU.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+
+import torch
+
+GiB = 2 ** 30
+RUNTIME = {"cpu": 0.40 * GiB, "cuda": 0.55 * GiB}     # python + torch (+ the CUDA context), measured here
+SHAPES = {"cifar10": (50000, 10000, (3, 32, 32), 10), "cifar100": (50000, 10000, (3, 32, 32), 100),
+          "svhn": (73257, 26032, (3, 32, 32), 10), "mnist": (60000, 10000, (1, 28, 28), 10),
+          "fmnist": (60000, 10000, (1, 28, 28), 10)}   # (train, test, input shape, classes): no files needed
+# [n, P] buffers a round holds besides x and one gradient buffer, by part (engine.py / parts.py)
+ROUND_ROWS = {"SAM": 2, "SMOO": 4, "LESAM": 3, "Scaffold": 4, "Dyn": 3, "RelaxedInit": 1, "ALS": 1}
+ENGINE_ROWS = 3       # x, one gradient buffer, and Delta = x - w with the aggregation's temporaries at the round's end
+
+
+@dataclass
+class Plan:
+    """Bytes by item: ``memory`` on the run's device, ``host`` in host memory when that differs, ``disk``."""
+    name: str
+    device: str
+    memory: dict = field(default_factory=dict)
+    host: dict = field(default_factory=dict)
+    disk: dict = field(default_factory=dict)
+
+    @property
+    def peak(self) -> int:
+        return sum(self.memory.values())
+
+    @property
+    def disk_total(self) -> int:
+        return sum(self.disk.values())
+
+    def biggest(self) -> str:
+        return max(self.memory, key=self.memory.get)
+
+    def lines(self) -> list[str]:
+        f = lambda d: ", ".join(f"{k} {gib(v)}" for k, v in d.items() if v)   # noqa: E731
+        out = [f"{self.name}: peak {gib(self.peak)} on {self.device} ({f(self.memory)})"]
+        if self.host:
+            out.append(f"  host memory: {gib(sum(self.host.values()))} ({f(self.host)})")
+        out.append(f"  disk: {gb(self.disk_total)} ({', '.join(f'{k} {gb(v)}' for k, v in self.disk.items())})")
+        return out
+
+
+def gib(b: float | None) -> str:
+    return "unknown (no CUDA device here)" if b is None else f"{b / GiB:.2f} GiB"
+
+
+def gb(b: float) -> str:
+    return f"{b / 1e9:.2f} GB"
+
+
+def data_shape(cfg, dataset=None):
+    """(n_train, n_test, input shape, classes) without reading the real data sets' files."""
+    if dataset is None and cfg.dataset in SHAPES:
+        return SHAPES[cfg.dataset]
+    if dataset is None:
+        from .data import load_dataset
+        dataset = load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)
+    return len(dataset.x_train), len(dataset.x_test), tuple(dataset.input_shape), dataset.n_classes
+
+
+def model_size(cfg, shape, n_classes) -> tuple[int, int, int, int]:
+    """(P, float buffers, activation floats per sample, the largest one): the model built on the meta device, one
+    forward pass summing every leaf module's output (what autograd keeps for the backward pass, roughly)."""
+    from .models import MODELS, _options, build_model
+    build_model(cfg.model, shape, n_classes, **dict(cfg.model_kwargs or {}))   # checks: one UserError line
+    cls = MODELS[cfg.model]
+    with torch.device("meta"):
+        model = cls(tuple(shape), n_classes, **_options(cls, dict(cfg.model_kwargs or {})))
+        acts = []
+        hooks = [m.register_forward_hook(lambda m, i, o: acts.append(o.numel()))
+                 for m in model.modules() if not list(m.children())]
+        model(torch.zeros(1, *shape))
+    for h in hooks:
+        h.remove()
+    P = sum(p.numel() for p in model.parameters())
+    nbuf = sum(b.numel() for b in model.buffers() if b.is_floating_point())
+    return P, nbuf, sum(acts), max(acts)
+
+
+def largest_active(cfg) -> int:
+    """The largest active set over the run's rounds (the seeded sampling, as the trainer draws it)."""
+    m = cfg.clients
+    if cfg.sampling == "fixed" or cfg.active_ratio >= 1:
+        return max(1, round(cfg.active_ratio * m))
+    from .trainers.rng import generator
+    top = 1
+    for t in range(min(cfg.rounds, 2000)):
+        on = torch.rand(m, generator=generator(cfg.seed, t, purpose="sample"), dtype=torch.float64) <= cfg.active_ratio
+        top = max(top, int(on.sum()))
+    return top
+
+
+def plan(cfg, dataset=None, hooks=(), name: str | None = None) -> Plan:
+    """The plan of run ``cfg`` (validated RunConfig); ``hooks``: the training callbacks it will carry."""
+    from .trainers import ALGORITHMS
+    algo = ALGORITHMS[cfg.algo](cfg)
+    s = 8 if cfg.dtype == "float64" else 4
+    n_tr, n_te, shape, n_classes = data_shape(cfg, dataset)
+    P, nbuf, act, act_max = model_size(cfg, shape, n_classes)
+    m, n = cfg.clients, largest_active(cfg)
+    dev = "cuda" if str(cfg.device).startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available()) \
+        else "cpu"
+    feat = math.prod(shape)
+    keep = cfg.keep_clients or algo.needs_last_local or any(getattr(h, "needs_last_local", False) for h in hooks)
+    tables = len(algo.tables) + keep
+    rows = ENGINE_ROWS + (algo.needs_x0 or bool(hooks)) + sum(ROUND_ROWS.get(type(p).__name__, 0) for p in algo.parts)
+    conv = dev == "cpu" and len(shape) == 3 and cfg.model != "mlp"
+    parallel = cfg.client_parallel if cfg.client_parallel != "auto" else ("loop" if nbuf or conv else "vmap")
+    B = cfg.batch_size * (n if parallel == "vmap" else 1)
+    grad_act = 3 * act * B * s                         # saved activations, their gradients, the batch
+    eval_act = 4 * act_max * min(4096 if dev == "cuda" else 1000, n_te) * s     # no graph: a few layers at once
+    p = Plan(name or f"{cfg.algo} {cfg.model} {cfg.clients} clients", dev)
+    p.memory["runtime"] = RUNTIME[dev]
+    p.memory["data"] = (n_tr + n_te) * (feat * s + 8)
+    p.memory["model"] = (6 + len(algo.vectors)) * (P + nbuf) * s
+    table_bytes = tables * m * P * s
+    if cfg.state_device == "cpu" and dev == "cuda":
+        p.host["tables"], p.host["staging"] = table_bytes, 2 * tables * n * P * s
+        p.memory["tables"] = tables * n * P * s
+    else:
+        p.memory["tables"] = table_bytes
+    p.memory["working set"] = rows * n * P * s + max(grad_act, eval_act)
+    model_ck = (1 + len(algo.vectors)) * (P + nbuf) * s + n_tr * 8
+    p.disk["last.pt"] = model_ck + table_bytes + (m * 8 if keep else 0)
+    if cfg.ckpt_every and cfg.ckpt_keep == "all":
+        lean = model_ck + (m * P * s if cfg.keep_clients else 0)
+        p.disk["round checkpoints"] = (cfg.rounds // cfg.ckpt_every) * lean
+    return p
+
+
+def free_memory(device: str) -> int | None:
+    """Free memory of the device: available RAM on the CPU, ``torch.cuda.mem_get_info`` on CUDA (None where this
+    machine has no CUDA device)."""
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+    try:
+        with open("/proc/meminfo") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def free_disk(path) -> int:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free
+
+
+SHRINK = {"tables": "--state-device cpu (tables in host memory) or fewer --clients",
+          "working set": "a smaller --active-ratio or --batch-size, or --client-parallel loop",
+          "data": "a smaller data set", "model": "a smaller --model", "runtime": "a machine with more memory"}
+
+
+def refusal(p: Plan, free: int, disk: int | None = None) -> str | None:
+    """One line when the plan does not fit the free memory (or the free disk), else None."""
+    if free is not None and p.peak > free:
+        big = p.biggest()
+        fix = SHRINK[big] if p.device == "cuda" or big != "tables" else "fewer --clients (or drop --keep-clients)"
+        return (f"the run needs about {gib(p.peak)} on {p.device} and {gib(free)} is free; the biggest item is "
+                f"{big} ({gib(p.memory[big])}): use {fix} (see --dry-run)")
+    if disk is not None and p.disk_total > disk:
+        return (f"the run writes about {gb(p.disk_total)} and {gb(disk)} is free on its disk; use --ckpt-keep last "
+                f"or a larger --ckpt-every (see --dry-run)")
+    return None
