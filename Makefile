@@ -64,7 +64,7 @@ test-notebooks: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/test_notebooks.py
 
 # every figure and its numbers: paper_figures/out/<name>/{fig.png,data.json}; runs are cached under out/runs/<tier>/
-FIGURES := $(sort $(filter-out common __init__ runs tier,$(basename $(notdir $(wildcard paper_figures/*.py)))))
+FIGURES := $(sort $(filter-out common __init__ runs tier verdict claims flatness,$(basename $(notdir $(wildcard paper_figures/*.py)))))
 # TIER=quick (default: digits, minutes) | mnist (the real-data tier: `make data` first; trains every run of the tier
 # once, resumably, 2 at a time, in priority order, then draws each figure from the cache; see paper_figures/README_TIER.md)
 TIER ?= quick
@@ -76,7 +76,7 @@ figures: $(VENV)/.installed
 
 # re-execute every notebook in place (QUICK; static fallbacks instead of widgets), outputs saved for the repo page,
 # from a clean cache: the cached theory reports and training runs the notebooks would reuse are removed first
-NB_CACHES := paper_figures/out/theory_quick paper_figures/out/*/runs notebooks/out
+NB_CACHES := paper_figures/out/theory_quick paper_figures/out/runs/quick notebooks/out
 notebooks: $(VENV)/.installed-dev
 	rm -rf $(NB_CACHES)
 	@cd notebooks && for nb in *.ipynb; do echo "== notebooks/$$nb"; FEDLAB_NB_STATIC=1 JUPYTER_PREFER_ENV_PATH=1 \
