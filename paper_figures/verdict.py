@@ -12,7 +12,9 @@ few values seen). The rule, in the order it is checked:
     diverged        a run of the comparison went non-finite (its flag, or a non-finite effect): reported as such,
                     with how many runs; never dropped and never read as "no divergence". Checked before "not
                     converged" because a diverged run is also unconverged and would otherwise hide the divergence
-    not converged   a run of the comparison did not meet the tier's convergence criterion (the note counts them)
+    not converged   a run of the comparison did not meet the tier's convergence criterion (the note counts them);
+                    only for claims about the trained model (``Claim.at_convergence``): a claim about the course
+                    of training (a per-round dispersion, drift, consensus or oscillation) is judged as it is
     directional claims ("A is smaller than B", "+RI adds 2-5 points"):
       reproduced      the interval excludes 0 on the paper's side and, where the paper states a size, the mean
                       effect reaches the claim's target = SIZE_FRACTION (one half) of the lower end of the stated
@@ -80,7 +82,7 @@ def decide(claim, effects, runs=()) -> dict:
         return {**row, "verdict": DIVERGED, "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite){nc}"}
     m, lo, hi = interval(x)
     row.update(mean=m, interval=[lo, hi])
-    if n_nc:
+    if n_nc and claim.at_convergence:
         return {**row, "verdict": NOT_CONVERGED, "note": f"{n_nc} of {n_runs} runs not converged"}
     if claim.margin is not None:
         v = _null(lo, hi, claim.margin, claim.kind)
@@ -90,7 +92,8 @@ def decide(claim, effects, runs=()) -> dict:
         v = OPPOSITE
     else:
         v = INCONCLUSIVE
-    return {**row, "verdict": v, "note": seeds_note(x.size)}
+    during = f"; {n_nc} of {n_runs} runs not converged (a claim about the course of training)" if n_nc else ""
+    return {**row, "verdict": v, "note": seeds_note(x.size) + during}
 
 
 def _null(lo: float, hi: float, margin: float, kind: str) -> str:

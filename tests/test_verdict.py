@@ -55,6 +55,12 @@ def test_divergence_and_convergence_come_first_and_are_reported():
     assert V.decide(PLAIN, [0.3, 0.31, 0.29], [ok, ok, ok])["verdict"] == V.REPRODUCED
     with pytest.raises(KeyError):                              # a run without the tier's flags is refused
         V.decide(PLAIN, [0.3, 0.31, 0.29], [{}, ok, ok])
+    # a claim about the course of training (per-round dispersion) is judged whether or not the runs converged, and
+    # says how many did not; a claim about the trained model is not
+    during = CLAIMS["fedcm.b8"]
+    assert not during.at_convergence and PLAIN.at_convergence
+    r = V.decide(during, [0.4, 0.5, 0.45], [{"converged": False, "diverged": None}, ok, ok])
+    assert r["verdict"] == V.OPPOSITE and "1 of 3 runs not converged" in r["note"]
 
 
 def test_exact_not_measured_and_seed_count_in_rows():
