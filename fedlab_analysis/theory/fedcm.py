@@ -291,12 +291,14 @@ def fixed_point(prob: HeteroQuadratics, alpha: float, K: int, eta_l: float) -> t
 
 
 def check_fixed_point_bias(N=10, d=10, K=20, eta_l=0.05, alphas=(0.01, 0.03, 0.05, 0.1, 0.3, 1.0), seed=0,
-                           out_dir=None) -> list[Claim]:
-    """T2, full participation, GD: the fixed-point bias f(x_inf) - f* falls ~ alpha^2 and never reaches 0."""
+                           out_dir=None, alpha_ignored: bool = False) -> list[Claim]:
+    """T2, full participation, GD: the fixed-point bias f(x_inf) - f* falls ~ alpha^2 and never reaches 0.
+    ``alpha_ignored`` (a perturbation): the local step uses alpha = 1 whatever alpha says."""
     prob = make_quadratics(N, d, shared=False, L=1.0, mu=0.1, seed=seed)
-    xs = torch.stack([fixed_point(prob, a, K, eta_l) for a in alphas])
+    run_al = [1.0 if alpha_ignored else a for a in alphas]
+    xs = torch.stack([fixed_point(prob, a, K, eta_l) for a in run_al])
     errs = []                          # one FedCM round from (x_inf, Delta = 0) must return the same state
-    for a, x in zip(alphas, xs):
+    for a, x in zip(run_al, xs):
         r = simulate(prob, alpha=a, K=K, eta_l=eta_l, T=1, x0=x, seed=seed)
         errs.append(float((r["x"][1, 0] - x).abs().max() + r["Delta"][1, 0].abs().max()))
     err = max(errs)
@@ -553,6 +555,8 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
 
 
 PERTURBATIONS = {
+    "fp-bias-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
+                       lambda seed: check_fixed_point_bias(seed=seed, alpha_ignored=True)),
     "disp-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
                     lambda seed: check_dispersion(seed=seed, alpha_ignored=True)),
 }

@@ -6,7 +6,8 @@ constant) and ``run(seed)`` re-runs that row's check, at quick sizes, with the p
 returns its claims. The perturbation is *caught* when the row comes out "violated" (for a rate: the
 expected exponent rejected). ``tests/test_theory_power.py`` asserts it for every declared perturbation;
 ``theory/__main__.py`` writes the text and the result into the report. A finding with no perturbation it
-can catch at feasible sizes is re-labelled *vacuous at this scale* by its check (``VACUOUS``).
+can catch at feasible sizes is re-labelled *vacuous at this scale* by its check (``VACUOUS``); its declared
+perturbation documents that: the test asserts it is NOT caught.
 """
 from __future__ import annotations
 
