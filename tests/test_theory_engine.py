@@ -62,3 +62,27 @@ def test_engine_sam_family_matches_numpy_up_to_the_trainers_norm_epsilon():
         zero = trajectory(make_run(prob, algo, K=4, lr=0.05, x0=w0, rho=0.0), 12)["w"]
         fedavg = fedlesam.simulate(prob, method="fedavg", T=12, E=4, eta_l=0.05, w0=w0)["w"]
         assert float((zero - fedavg).abs().max()) < 1e-10, algo
+
+
+def test_engine_scaffold_matches_the_scaffold_branch_of_fedcm_simulate():
+    """fedcm.simulate(algo="scaffold") is a batched copy of the engine's Scaffold part (option II): pinned."""
+    prob = make_quadratics(6, 4, shared=False, seed=6)
+    x0 = prob.x_star + 1.0
+    ref = fedcm.simulate(prob, algo="scaffold", K=4, eta_l=0.05, eta_g=1.0, T=15, x0=x0)["x"][:, 0]
+    eng = trajectory(make_run(prob, "scaffold", K=4, lr=0.05, x0=x0), 15)["w"]
+    assert float((eng - ref).abs().max()) < 1e-10
+    avg = fedcm.simulate(prob, alpha=1.0, K=4, eta_l=0.05, T=15, x0=x0)["x"][:, 0]
+    assert float((avg - ref).abs().max()) > 1e-3                            # the correction matters here
+
+
+def test_engine_fedsmoo_corrected_ascent_matches_numpy_up_to_the_norm_epsilon():
+    """fedsmoo.simulate's corrected ascent (r > 0) is a batched copy of the engine's SMOO part: pinned, up to
+    the trainer's ||v|| + 1e-7 normalisation."""
+    from fedlab_analysis.theory import fedsmoo
+    prob = fedsmoo.make_toy(6, 4, seed=7)
+    w0 = torch.zeros(4, dtype=DT)
+    ref = fedsmoo.simulate(prob, method="fedsmoo", T=12, K=4, eta=0.05, beta=10.0, r=0.1, w0=w0)["w"]
+    eng = trajectory(make_run(prob, "fedsmoo", K=4, lr=0.05, x0=w0, rho=0.1, lamb=0.1), 12)["w"]
+    assert float((eng - ref).abs().max()) < 1e-6
+    r0 = fedsmoo.simulate(prob, method="fedsmoo", T=12, K=4, eta=0.05, beta=10.0, r=0.0, w0=w0)["w"]
+    assert float((r0 - ref).abs().max()) > 1e-3                             # the ascent matters here

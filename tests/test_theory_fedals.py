@@ -34,6 +34,7 @@ def test_population_risk_matches_monte_carlo():
 def test_lemma_a1_by_monte_carlo():
     c = fedals.check_lemma_a1(R=1500)
     assert c.verdict == HOLDS and abs(c.value) < 3
+    assert "z_wrong_weight" in c.details                                   # its power is measured on the same data
 
 
 def test_stability_22_exact_and_23_holds():
@@ -97,9 +98,16 @@ def test_partial_bound_closed_form():
 
 
 def test_partial_participation_bounds_73_74():
-    b73, b74 = fedals.check_partial_bounds(R=100)
+    b73, b74 = fedals.check_partial_bounds(R=100, hets=(0.0, 1.0), Khats=())
     for c in (b73, b74):
         assert c.verdict == HOLDS and c.slack > 1 and c.regime.startswith("inside")
         iid, het = c.details["rows"]
         assert abs(iid["participation_gap"]) < 1e-12                        # identical clients: no gap
         assert het["participation_gap"] > het["out_of_sample"] > 0          # (71) fails; the bound holds anyway
+
+
+def test_partial_bounds_fail_at_high_heterogeneity_inside_their_regime():
+    b73, b74 = fedals.check_partial_bounds(R=100, hets=(0.0, 10.0), Khats=(1,))
+    for c in (b73, b74):
+        assert c.verdict == VIOLATED and c.regime.startswith("inside")     # the bound only asks strong convexity
+        assert "holds at het 0" in c.measured and "violated at het 10" in c.measured

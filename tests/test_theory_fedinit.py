@@ -80,7 +80,9 @@ def test_stability_worsens_with_beta_under_algorithm_1():
     bound, remark14, thm15 = fedinit.check_stability(T=40, pairs=6, C=10, S=20, d=5)
     assert bound.verdict == HOLDS                                          # beta = 0: inside Thm 12
     assert remark14.verdict == OUTSIDE and thm15.verdict == OUTSIDE          # fixed beta > 0: neither applies
-    assert remark14.regime.startswith("outside") and "t <= " in remark14.regime
+    assert remark14.regime.startswith("outside")                              # phi(t) = (1 + c/t)^K, c = 0.2, K = 10:
+    assert "beta = 0.1 it holds only in the first 3 rounds" in remark14.regime    # 0.36 >= 0.2 > 0.17 (t = 3, 4)
+    assert "beta = 0.05 it holds only in the first 5 rounds" in remark14.regime   # 0.100 >= 0.1 at t = 5
     assert "interpolation" in thm15.regime
     assert remark14.value > 0.01                                           # eps rises with beta all the same
     moved = fedinit.check_stability(T=10, pairs=2, C=10, S=20, d=5, betas=(0.1, 0.2))[0]

@@ -17,7 +17,7 @@ import torch
 from ..cli import guard, out_dir
 from ..config import arg_type
 from ..errors import ArgParser, UserError
-from . import untested
+from . import power, untested
 from .claims import counts, over_seeds, to_markdown, write_report
 
 PAPERS = ("fedsmoo", "fedlesam", "fedcm", "fedals", "fedinit")
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller toys (classroom: all papers in < 2 min)")
     ap.add_argument("--out", default=None, help="report folder (default out/theory/PAPER)")
     ap.add_argument("--seed", type=arg_type(int, lo=0, hi=SEED_MAX), default=0, help="first seed (default 0)")
+    ap.add_argument("--no-power", action="store_true",
+                    help="skip the perturbed runs (the 'caught' column stays empty); --quick skips them too")
     ap.add_argument("--seeds", type=arg_type(int, lo=1, hi=10_000), default=None,
                     help="number of seeds for every check (default 5, 3 with --quick; at least 1)")
     args = ap.parse_args(argv)
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         if mod is None:
             continue
         t0 = time.perf_counter()
-        claims += over_seeds(mod.run, list(range(args.seed, args.seed + n_seeds)), quick=args.quick, out_dir=out)
+        rows = over_seeds(mod.run, list(range(args.seed, args.seed + n_seeds)), quick=args.quick, out_dir=out)
+        claims += power.annotate(rows, mod, seed=args.seed, run=not (args.no_power or args.quick))
         claims += untested.rows(paper)
         times[paper] = time.perf_counter() - t0
     print(to_markdown(claims))

@@ -11,7 +11,11 @@ Each row also carries
   construction: an algebraic identity of the update, an inequality that holds for every input; it checks
   our code, not the paper) or ``observation`` (a comparison the paper does not state as a theorem);
 - ``regime``: whether the toy satisfies the theorem's assumptions, naming the condition;
-- ``slack``: bound / measured for every bound (1 is tight; 100 means the bound is 100x loose).
+- ``slack``: bound / measured for every bound (1 is tight; 100 means the bound is 100x loose);
+- ``perturbation``: for a finding, the broken algorithm, broken assumption or shrunk constant the check must
+  catch (``theory/power.py`` runs it; ``caught`` is whether the perturbed run came out "violated"). A row
+  whose check cannot catch any perturbation at feasible sizes has kind ``vacuous at this scale`` and is
+  counted apart from the findings.
 """
 from __future__ import annotations
 
@@ -23,8 +27,8 @@ from pathlib import Path
 HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE = "holds", "violated", "outside the proven regime", "inconclusive"
 MIXED, NOT_CHECKED = "mixed", "not checked"
 VERDICTS = (HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE, MIXED, NOT_CHECKED)
-FINDING, SANITY, OBSERVATION = "finding", "sanity check", "observation"
-KINDS = (FINDING, SANITY, OBSERVATION)
+FINDING, SANITY, OBSERVATION, VACUOUS = "finding", "sanity check", "observation", "vacuous at this scale"
+KINDS = (FINDING, SANITY, OBSERVATION, VACUOUS)
 
 
 def regime_text(condition, inside: bool) -> str:
@@ -53,6 +57,8 @@ class Claim:
     seeds: list = field(default_factory=list)         # the seeds this row folds (over_seeds)
     tally: dict = field(default_factory=dict)         # verdict -> number of seeds
     spread: dict = field(default_factory=dict)        # {"value": [min, max], "slack": [min, max]} over seeds
+    perturbation: str = ""                            # what a finding must catch (theory/power.py)
+    caught: bool | None = None                        # the perturbed run came out "violated" (None: not run)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -80,9 +86,12 @@ def identity(err: float, tol: float = 1e-10) -> str:
 
 
 def bound(measured: float, limit: float, in_regime: bool = True, rtol: float = 1e-9) -> str:
-    """measured <= limit, judged only where the theorem's assumptions hold."""
-    if not (math.isfinite(measured) and math.isfinite(limit)):
+    """measured <= limit, judged only where the theorem's assumptions hold. Two-sided: a measured value above
+    the bound is "violated", and so is a measured side that diverged (inf / nan) under a finite bound."""
+    if not math.isfinite(limit):
         return INCONCLUSIVE
+    if not math.isfinite(measured):
+        return OUTSIDE if not in_regime else VIOLATED
     ok = measured <= limit * (1 + rtol) + rtol
     if not in_regime:
         return OUTSIDE
@@ -171,7 +180,7 @@ def fold(rows: list[Claim]) -> Claim:
                                                 for s, r in zip(seeds, rows)]},
                  first.figure or next((r.figure for r in rows if r.figure), None), first.kind,
                  first.regime if len(regimes) == 1 else "; ".join(sorted(regimes)),
-                 min(slacks) if slacks else None, seeds, tally, spread)
+                 min(slacks) if slacks else None, seeds, tally, spread, first.perturbation, first.caught)
 
 
 def over_seeds(run, seeds: list[int], **kw) -> list[Claim]:
@@ -197,7 +206,8 @@ def over_seeds(run, seeds: list[int], **kw) -> list[Claim]:
 # ---------------------------------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------------------------------
-COLUMNS = ("paper", "claim", "where", "kind", "expected", "measured", "regime", "slack", "seeds", "verdict")
+COLUMNS = ("paper", "claim", "where", "kind", "expected", "measured", "regime", "slack", "seeds", "verdict",
+           "perturbation it must catch", "caught")
 
 
 def _g(x: float | None) -> str:
@@ -222,7 +232,8 @@ def _seeds_cell(c: Claim) -> str:
 
 def cells(c: Claim) -> list[str]:
     return [c.paper, c.claim, c.where, c.kind, c.expected, c.measured, c.regime or "no condition stated",
-            _slack_cell(c), _seeds_cell(c), f"**{c.outcome}**"]
+            _slack_cell(c), _seeds_cell(c), f"**{c.outcome}**", c.perturbation,
+            "" if c.caught is None else "yes" if c.caught else "**no**"]
 
 
 def to_markdown(claims: list[Claim]) -> str:
@@ -239,7 +250,9 @@ def counts(claims: list[Claim]) -> str:
         sub = [c for c in claims if c.kind == kind and c.verdict != NOT_CHECKED]
         if sub:
             per = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(c.verdict == v for c in sub)))
-            out.append(f"{len(sub)} {kind}s: {per}")
+            out.append(f"{len(sub)} {'rows ' + kind if kind == VACUOUS else kind + 's'}: {per}")
+    if pert := [c for c in claims if c.perturbation and c.caught is not None]:
+        out.append(f"perturbations caught {sum(bool(c.caught) for c in pert)}/{len(pert)}")
     if n := sum(c.verdict == NOT_CHECKED for c in claims):
         out.append(f"{n} claims not checked (reason in the row)")
     return "; ".join(out)
@@ -250,8 +263,11 @@ LEGEND = """Verdicts: **holds** / **violated** in n/n seeds (each seed a fresh t
 assumption of the theorem (named in the regime column), so the number is reported but not judged;
 **inconclusive** when the effect is within the noise; **not checked** with the reason. Kinds: a *finding*
 could have come out against the paper; a *sanity check* is true by construction and checks our code; an
-*observation* is a comparison the paper does not state as a theorem. Slack = bound / measured (worst over
-seeds; 1 is tight)."""
+*observation* is a comparison the paper does not state as a theorem; a row *vacuous at this scale* cannot
+catch any perturbation at the sizes we can run (its slack says how loose), so it is counted apart. Slack =
+bound / measured (worst over seeds; 1 is tight). Every finding names the perturbation it must catch (a
+broken algorithm, a broken assumption or a shrunk constant); "caught" says whether that perturbed run, on
+the first seed, came out "violated"."""
 
 
 def _finite(x):

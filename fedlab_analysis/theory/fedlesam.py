@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import (HOLDS, OBSERVATION, SANITY, VIOLATED, Claim, bound, identity, loglog_fit, loglog_slope,
+from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, loglog_fit, loglog_slope,
                      rate, slack)
 from .fedsmoo import active_masks, cos, flatness_runs, flatness_text, judge, per_run, unit
 from .engine_toys import make_run
@@ -225,7 +225,7 @@ def check_lemma3(n=10, d=5, points=256, rho=0.1, spread=1.0, seed=0) -> Claim:
                   slack=slack(ratio, 1.0))
 
 
-def check_lemma4(n=10, d=5, T=40, E=10, rho=0.05, spread=1.0, seed=0) -> Claim:
+def check_lemma4(n=10, d=5, T=40, E=10, rho=0.05, spread=1.0, seed=0, local_sign=1.0) -> Claim:
     """Lemma 4 with eta_l = 1/(10 E L) (its condition), exact gradients (sigma_l = 0), shared Hessian (exact
     sigma_g): (1/N) sum_i ||w_{i,k} - w^t||^2 <= 5 E eta_l^2 (6E(3 sigma_g^2 + 6 L^2 rho^2)
     + 6E ||grad F(w~)||^2 + 12 E L^2 eta_l^2 D), with w~ read as w^t and D the Lemma-2 term."""
@@ -234,14 +234,17 @@ def check_lemma4(n=10, d=5, T=40, E=10, rho=0.05, spread=1.0, seed=0) -> Claim:
     sg2 = sigma_g2_max(prob, prob.x_star)
     ratios = {}
     for meth in ("fedsam", "fedlesam"):
-        tr = simulate(prob, method=meth, T=T, E=E, eta_l=eta, rho=rho, w0=prob.x_star + 3.0, seed=seed)
+        tr = simulate(prob, method=meth, T=T, E=E, eta_l=local_sign * eta, rho=rho, w0=prob.x_star + 3.0,
+                      seed=seed)
         g2 = prob.grad_f(tr["w"][:-1]).pow(2).sum(-1)
         rhs = 5 * E * eta ** 2 * (6 * E * (3 * sg2 + 6 * L ** 2 * rho ** 2) + 6 * E * g2
                                   + 12 * E * L ** 2 * eta ** 2 * tr["D"].max(-1).values)
         ratios[meth] = float((tr["drift"].max(-1).values / rhs).max())
     worst = max(ratios.values())
     return _claim("L4", "bounded client drift within a round (eta_l <= 1/(10EL))", "Lemma 4", "drift <= RHS",
-                  ", ".join(f"{k}: max ratio {v:.3g}" for k, v in ratios.items()), bound(worst, 1.0), worst,
+                  ", ".join(f"{k}: max ratio {v:.3g}" for k, v in ratios.items())
+                  + "; vacuous at this scale: a sign-flipped local step is not caught (the RHS grows with "
+                  "||grad F||^2 along the diverging run)", bound(worst, 1.0), worst, kind=VACUOUS,
                   slack=slack(worst, 1.0), regime="inside the proven regime (eta_l = 1/(10EL), exact gradients)",
                   details=
                   {"n": n, "d": d, "T": T, "E": E, "eta_l": eta, "rho": rho, "sigma_g2": sg2, "L": L,
@@ -274,17 +277,18 @@ def fedsam_limit(prob, rho: float, iters: int = 50) -> torch.Tensor:
 
 
 def check_thm1(n=10, d=5, E=10, rho=0.05, Ts=(100, 400, 1600), spread=1.0, seed=0,
-               out_dir=None) -> list[Claim]:
+               out_dir=None, server_sign: float = 1.0) -> list[Claim]:
     """Theorem 1 with eta_l = 1/(sqrt(T) E L), eta_g = sqrt(E N), full participation, exact gradients
     (sigma_l = 0), a shared Hessian (A2's sigma_g exact): LHS (1/T) sum_{t=1}^T ||grad F(w^{t+1})|| (printed;
     the squared form is in the details) against the printed RHS for FedSAM and FedLESAM (w^old = w^{t-1});
     Delta's sign; and the limit T -> inf: with rho fixed the RHS -> 0, while FedSAM tends to a point with
-    grad F != 0. Regime: C = 1/2 - 30/T > 0 (T > 60) and Lemma 4's eta_l <= 1/(10EL) (T >= 100)."""
+    grad F != 0. Regime: C = 1/2 - 30/T > 0 (T > 60) and Lemma 4's eta_l <= 1/(10EL) (T >= 100).
+    ``server_sign = -1`` (a perturbation) flips the sign of the server step."""
     prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
     L, w0 = prob.L, prob.x_star + 2.0
     F0, sg2 = float(prob.f(w0) - prob.f_star), sigma_g2_max(prob, prob.x_star)
     Tt = torch.tensor(Ts, dtype=DT)
-    eta_l, eta_g = 1 / (Tt.sqrt() * E * L), math.sqrt(E * n) * torch.ones_like(Tt)   # one run per T, batched
+    eta_l, eta_g = 1 / (Tt.sqrt() * E * L), server_sign * math.sqrt(E * n) * torch.ones_like(Tt)  # batched
     rows = {m_: [] for m_ in ("fedsam", "fedlesam")}
     for meth, out in rows.items():
         w = simulate(prob, method=meth, T=max(Ts) + 1, E=E, eta_l=eta_l, eta_g=eta_g, rho=rho,
@@ -354,40 +358,49 @@ def check_rho_tradeoff(n=10, d=5, E=10, T=200, rhos=(0.01, 0.05, 0.2, 0.5), spre
 # ---------------------------------------------------------------------------------------------------
 # Theorem 2 (estimation error, one local step, full participation)
 # ---------------------------------------------------------------------------------------------------
-def thm2_errors(prob, eta: float, T: int, rho: float = 0.0, w0=None, seed=0) -> torch.Tensor:
+def thm2_errors(prob, eta: float, T: int, rho: float = 0.0, w0=None, seed=0, one_client: bool = False):
     """e_t = ||unit(w^{t-1} - w^t) - unit(grad F(w^t))|| for t >= 1 along a run with E = 1, eta_g = 1,
-    eta_l = eta (rho = 0: the update the proof models; rho > 0: FedLESAM's own trajectory)."""
+    eta_l = eta (rho = 0: the update the proof models; rho > 0: FedLESAM's own trajectory).
+    ``one_client`` (a perturbation): the estimate is client 0's own step -eta grad F_0(w^t) instead of the
+    averaged global update, so heterogeneity is not averaged out."""
     w = simulate(prob, method="fedlesam" if rho else "fedavg", T=T, E=1, eta_l=eta, rho=rho, w_old="global",
                  w0=w0, seed=seed)["w"]
-    return (unit(w[:-1] - w[1:]) - unit(prob.grad_f(w[1:]))).norm(dim=-1)[1:]
+    est = prob.grad(prob.at(w[1:]))[..., 0, :] if one_client else w[:-1] - w[1:]
+    return (unit(est) - unit(prob.grad_f(w[1:]))).norm(dim=-1)[1:]
 
 
-def check_thm2(n=10, d=20, etas=(0.01, 0.03, 0.1, 0.3, 1.0), T=55, rho=0.05, seed=0,
-               out_dir=None) -> list[Claim]:
+def check_thm2(n=10, d=20, etas=(3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0), T=55, rho=0.05, seed=0,
+               out_dir=None, one_client: bool = False) -> list[Claim]:
     """Theorem 2 noise-free (sigma_l' = 0; sigma_g' = 0 because F = mean F_i): the printed bound
     e_t <= 3 L_g^2 eta^2 and the squared reading e_t^2 <= 3 L_g^2 eta^2 (the proof's), every round; the
     error's log-log slope in eta over the small-angle range eta L_g <= 0.1 the proof's tan(phi) ~ phi needs;
-    and FedLESAM's own trajectory (rho > 0), whose update contains the perturbation the proof leaves out."""
+    and FedLESAM's own trajectory (rho > 0), whose update contains the perturbation the proof leaves out,
+    judged, like the slope, only inside the small-angle range (its witness lies inside it)."""
     prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.05, spread=1.0, seed=seed)
     Lg = float(torch.linalg.eigvalsh(prob.A_bar)[-1])
     w0 = prob.x_star + 3.0
-    e = [thm2_errors(prob, eta, T, w0=w0, seed=seed) for eta in etas]
-    e_rho = [thm2_errors(prob, eta, T, rho=rho, w0=w0, seed=seed)[1:] for eta in etas]   # perturbed rounds
+    e = [thm2_errors(prob, eta, T, w0=w0, seed=seed, one_client=one_client) for eta in etas]
+    small = [i for i, eta in enumerate(etas) if eta * Lg <= 0.1]
+    e_rho = {i: thm2_errors(prob, etas[i], T, rho=rho, w0=w0, seed=seed, one_client=one_client)[1:]
+             for i in small}                                                                # perturbed rounds
     lim = [3 * Lg ** 2 * eta ** 2 for eta in etas]
     printed = max(float(x.max()) / b for x, b in zip(e, lim))
     squared = max(float(x.pow(2).max()) / b for x, b in zip(e, lim))
-    with_rho = max(float(x.pow(2).max()) / b for x, b in zip(e_rho, lim))
+    rho_ratio = {etas[i]: float(x.pow(2).max()) / lim[i] for i, x in e_rho.items()}
+    with_rho = max(rho_ratio.values())
+    eta_w = max(rho_ratio, key=rho_ratio.get)
+    rho_where = ", ".join(f"eta {eta:g}: {r:.3g}" for eta, r in rho_ratio.items())
     mean_e = [float(x.mean()) for x in e]
-    small = [i for i, eta in enumerate(etas) if eta * Lg <= 0.1]
     fit = (loglog_fit([etas[i] for i in small], [mean_e[i] for i in small]) if len(small) > 1
            else (float("nan"),) * 3)
     k = fit[0]
     det = {"n": n, "d": d, "T": T, "L_g": Lg, "etas": list(etas), "bound": lim, "mean_e": mean_e,
-           "max_e": [float(x.max()) for x in e], "mean_e_rho": [float(x.mean()) for x in e_rho], "rho": rho,
+           "max_e": [float(x.max()) for x in e], "mean_e_rho": [float(x.mean()) for x in e_rho.values()],
+           "rho": rho, "rho_ratio_by_eta": rho_ratio, "one_client": one_client,
            "slope_points": [etas[i] for i in small], "slope_all_points": loglog_slope(etas, mean_e)}
     fig = save_figure(out_dir, f"{PAPER}_thm2-slope.png",
                       {"mean e_t (rho=0)": (etas, mean_e), "3 L_g^2 eta^2": (etas, lim),
-                       f"mean e_t (FedLESAM rho={rho})": (etas, det["mean_e_rho"])},
+                       f"mean e_t (FedLESAM rho={rho})": ([etas[i] for i in small], det["mean_e_rho"])},
                       xlabel="eta_g eta_l", ylabel="estimation error",
                       title="Theorem 2, E = 1, full participation", ref=(1.0, etas, mean_e))
     return [_claim("thm2-printed", "estimation error, as printed (not squared)", "Thm 2",
@@ -402,8 +415,10 @@ def check_thm2(n=10, d=20, etas=(0.01, 0.03, 0.1, 0.3, 1.0), T=55, rho=0.05, see
                    f"slope {k:.3f} [{fit[1]:.3f}, {fit[2]:.3f}] (all etas: {det['slope_all_points']:.3f})",
                    rate(fit, 1.0, 0.15), k, {**det, "fit_95": fit}, fig),
             _claim("thm2-with-rho", "Theorem 2 along FedLESAM's own trajectory (rho > 0)",
-                   "Thm 2 (stated for FedLESAM)", "e_t^2 <= 3 L_g^2 eta^2 every round",
-                   f"rho={rho}: max e_t^2 / bound {with_rho:.3g}", bound(with_rho, 1.0), with_rho, det, fig,
+                   "Thm 2 (stated for FedLESAM)", "e_t^2 <= 3 L_g^2 eta^2 every round, eta L_g <= 0.1",
+                   f"rho={rho}: max e_t^2 / bound {with_rho:.3g} at eta {eta_w:g} (eta L_g = {eta_w * Lg:.2g}); "
+                   f"per eta: {rho_where}", bound(with_rho, 1.0), with_rho, det, fig,
+                   regime=f"inside the small-angle range eta L_g <= 0.1 (L_g = {Lg:.2f})",
                    slack=slack(with_rho, 1.0))]
 
 
@@ -487,6 +502,29 @@ def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, E=10, eta_l=0.01, rho
                    "relative_gain_vs_fedsam": (res["fedsam"]["lam_max"] - a) / res["fedsam"]["lam_max"]})
 
 
+def check_het_sharpens(n=10, hets=(0.0, 0.4, 0.8, 0.95), spread=0.3, R=16, T=150, E=10, eta_l=0.01,
+                       rel_margin=0.05, seed=0) -> Claim:
+    """Fig. 1's "heterogeneity sharpens the global minimum", as a toy analogue (an observation: the paper
+    shows it on image data): FedAvg on the 1-D sharp/flat landscape from R starts, lambda_max of grad^2 f at
+    the minimum each run selects, per heterogeneity of the clients' sharp/flat mixing. Holds when the most
+    heterogeneous setting is sharper than the least by more than ``rel_margin`` (relative)."""
+    lam = {}
+    for h in hets:
+        prob = make_sharp_flat(n, 1, het=h, spread=spread, seed=seed)
+        res = flatness_runs(prob, {"fedavg": (simulate, {"method": "fedavg", "T": T, "E": E, "eta_l": eta_l,
+                                                          "rho": 0.0, "seed": seed})}, R=R, lo=-2.5, hi=2.5)
+        lam[h] = res["fedavg"]
+    rel = (lam[hets[-1]]["lam_max"] - lam[hets[0]]["lam_max"]) / lam[hets[0]]["lam_max"]
+    return _claim("het-sharpens-toy", "observation (toy analogue of Fig. 1): heterogeneity sharpens the "
+                  "minimum FedAvg selects", "Fig. 1 (image data in the paper)",
+                  f"lambda_max at het {hets[-1]:g} > at het {hets[0]:g} by > {100 * rel_margin:.0f}%",
+                  "lam_max (flat basin fraction) " + ", ".join(f"het {h:g}: {v['lam_max']:.3g} "
+                                                               f"({v['flat_frac']:.2f})" for h, v in lam.items())
+                  + f"; change {100 * rel:+.0f}%", judge(rel, rel_margin, -rel_margin), rel,
+                  {"toy": "SharpFlat 1-D", "n": n, "hets": list(hets), "R": R, "T": T, "E": E, "eta_l": eta_l,
+                   "results": {str(h): v for h, v in lam.items()}}, kind=OBSERVATION)
+
+
 # ---------------------------------------------------------------------------------------------------
 # cost and communication bookkeeping, on the trainer's own algorithms
 # ---------------------------------------------------------------------------------------------------
@@ -547,7 +585,23 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
         claims += check_estimator(seed=seed, out_dir=out_dir)
         claims.append(check_pd(seed=seed))
         claims.append(check_flatness(seed=seed, R=16 if quick else 64))
+        claims.append(check_het_sharpens(seed=seed, R=16 if quick else 64))
         claims += check_cost_and_comm(seed=seed)
     finally:
         torch.set_num_threads(threads)
     return claims
+
+
+PERTURBATIONS = {
+    "L4": ("local step sign-flipped (ascent)", lambda seed: [check_lemma4(seed=seed, T=20, local_sign=-1.0)]),
+    "thm1-fedsam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)",
+                    lambda seed: check_thm1(seed=seed, Ts=(100, 200), server_sign=-1.0)),
+    "thm1-fedlesam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)",
+                      lambda seed: check_thm1(seed=seed, Ts=(100, 200), server_sign=-1.0)),
+    "thm2-squared": ("the estimate is one client's own step, heterogeneity not averaged out",
+                     lambda seed: check_thm2(seed=seed, one_client=True)),
+    "thm2-slope": ("the estimate is one client's own step, heterogeneity not averaged out",
+                   lambda seed: check_thm2(seed=seed, one_client=True)),
+    "thm2-with-rho": ("the estimate is one client's own step, heterogeneity not averaged out",
+                      lambda seed: check_thm2(seed=seed, one_client=True)),
+}

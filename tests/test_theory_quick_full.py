@@ -1,0 +1,20 @@
+"""Quick agrees with full: every row unanimous over seeds 0-4 in the committed full report keeps its verdict
+when the same designs run with fewer replicates (``--quick``) on seeds 0-4."""
+from pathlib import Path
+
+import pytest
+
+from fedlab_analysis.theory.__main__ import PAPERS, load
+from fedlab_analysis.theory.claims import NOT_CHECKED, over_seeds, read_report
+
+REPORT = Path(__file__).resolve().parents[1] / "paper_figures" / "out" / "theory" / "report.json"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", PAPERS)
+def test_quick_keeps_the_full_runs_unanimous_verdicts(paper):
+    full = {c.id: c for c in read_report(REPORT) if c.paper == paper}
+    quick = {c.id: c for c in over_seeds(load(paper).run, [0, 1, 2, 3, 4], quick=True)}
+    differ = [(i, c.outcome, quick[i].outcome) for i, c in full.items()
+              if i in quick and c.verdict != NOT_CHECKED and len(c.tally) == 1 and quick[i].verdict != c.verdict]
+    assert not differ, differ
