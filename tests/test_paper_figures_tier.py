@@ -147,6 +147,10 @@ def test_converged_criterion():
     assert not C.converged(climbing)
     assert not C.converged([*flat[:-1], float("nan")]) and not C.converged(flat[:9])
     assert C.converged(np.linspace(0.96, 0.97, 150))          # 0.07 points per window: settled
+    # jitter of a few test images around a plateau is not a climb; a steady climb under the same jitter still is
+    jitter = 0.95 + 0.01 * rng.standard_normal(30)
+    assert C.converged(jitter)
+    assert not C.converged(np.linspace(0.75, 0.80, 30) + 0.001 * rng.standard_normal(30))
 
 
 @pytest.mark.parametrize("argv,flag", [(["--tier", "bogus"], "--tier"), (["--workers", "0"], "--workers"),
