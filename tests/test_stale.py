@@ -204,7 +204,7 @@ def test_make_notebooks_starts_from_a_clean_cache():
     target = text[text.index("\nnotebooks:"):].split("\n\n")[0]
     caches = re.search(r"^NB_CACHES := (.*)$", text, re.M).group(1).split()
     assert "rm -rf $(NB_CACHES)" in target and target.index("rm -rf") < target.index("jupyter-execute")
-    assert {"paper_figures/out/theory_quick", "paper_figures/out/*/runs", "notebooks/out"} <= set(caches)
+    assert {"paper_figures/out/theory_quick", "paper_figures/out/runs/quick", "notebooks/out"} <= set(caches)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -250,3 +250,28 @@ def test_surface_panels_share_one_labelled_log_scale():
         plots.check(fig)
     z = fig.axes[0].get_zlim()                                                # 3-D: the height is log10(loss)
     assert z == pytest.approx((np.log10(0.01), np.log10(10.01)))
+
+
+# ---- the README's gallery: each figure's verdict counts are its data.json's ---------------------------------------
+GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>\w+)/fig\.png\".* — (?P<summary>[^—|]+?) \|$")
+
+
+def gallery_mismatches(readme: str) -> list[str]:
+    """Gallery rows whose trailing verdict counts differ from paper_figures/out/<name>/data.json's summary."""
+    bad = []
+    for line in readme.splitlines():
+        m = GALLERY_ROW.match(line)
+        if m:
+            data = json.loads((ROOT / "paper_figures" / "out" / m["name"] / "data.json").read_text())
+            if m["summary"].strip() != data["summary"]:
+                bad.append(f"{m['name']}: README says {m['summary'].strip()!r}, data.json {data['summary']!r}")
+    return bad
+
+
+def test_readme_gallery_counts_are_the_committed_results():
+    readme = (ROOT / "README.md").read_text()
+    assert len([ln for ln in readme.splitlines() if GALLERY_ROW.match(ln)]) >= 15
+    assert not gallery_mismatches(readme)
+    row = next(ln for ln in readme.splitlines() if GALLERY_ROW.match(ln))
+    stale = readme.replace(row, row[:-2] + " (stale) |", 1)
+    assert stale != readme and gallery_mismatches(stale)            # a stale count is caught
