@@ -17,6 +17,7 @@ CHILD = """
 import json, resource, sys, tempfile, torch
 torch.set_num_threads(1)
 from fedlab_analysis.data import Dataset
+from fedlab_analysis.config import RunConfig
 from fedlab_analysis.plan import plan
 from fedlab_analysis.trainers.loop import train
 kw = json.loads(sys.argv[1])
