@@ -241,6 +241,13 @@ def describe(rule: dict) -> str:
     return whole.strip()
 
 
+INT_MAX = 2 ** 63 - 1      # every whole number ends up in a 64-bit integer (torch, numpy): larger ones are refused
+
+
+def _too_big(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT_MAX
+
+
 def _in_range(v, rule: dict) -> bool:
     lo, hi = rule.get("lo"), rule.get("hi")
     return not ((lo is not None and (v < lo or (rule.get("lo_open") and v == lo)))
@@ -258,6 +265,8 @@ def arg_type(base: type, **rule):
             raise argparse.ArgumentTypeError(f"must be {_WORDS[base.__name__]} (got {s!r})") from None
         if base is float and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"must be {_WORDS['float']} (got {s!r})")
+        if _too_big(v):
+            raise argparse.ArgumentTypeError(f"must be at most {INT_MAX} in size (got {s!r})")
         if not _in_range(v, rule):
             raise argparse.ArgumentTypeError(f"must be {describe(rule)} (got {s!r})")
         return v
@@ -296,6 +305,8 @@ def check_value(name: str, v, where: str, narrow: dict | None = None, why: str =
         v = float(v)
         if not math.isfinite(v):
             raise UserError(f"{where}: must be {_WORDS[base]} {got}")
+    if _too_big(v):
+        raise UserError(f"{where}: must be at most {INT_MAX} in size {got}")
     if base in ("int", "float") and not _in_range(v, rule):
         raise UserError(f"{where}: must be {describe(rule)}{why} {got}")
     if base == "str" and "choices" in rule and v not in _choices(rule) and \

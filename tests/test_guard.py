@@ -424,3 +424,9 @@ def test_every_command_option_in_and_out_of_range(world, monkeypatch, data):
 def test_every_command_option_in_and_out_of_range_many(world, monkeypatch, data):
     with monkeypatch.context() as m:
         _property(world, m, data)
+
+
+def test_a_whole_number_beyond_64_bits_is_refused_everywhere(world, monkeypatch):
+    """Found by the hypothesis test: `train --clients 2**70` crashed inside torch (exit 1) after validation."""
+    refused(train_cli.main, [*BASE, "--clients", str(2 ** 70), "--out", "new"], "--clients", world, monkeypatch)
+    refused(probe.main, ["hessian", "run", "--samples", str(2 ** 70)], "--samples", world, monkeypatch)
