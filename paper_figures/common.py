@@ -256,6 +256,20 @@ def not_in_tier(claim_id: str, label: str, missing, tier, **extra) -> dict:
     return row(claim_id, label, why, V.not_measured(CLAIMS[claim_id], why), **extra)
 
 
+def interior_peak(grid, acc: dict, runs: dict, claims: tuple[str, str], label: str, key: str):
+    """The rise-then-drop rows of a sweep over ``grid`` (FedCM Table 3's alpha, FedLESAM Fig. 4's rho/eta_l): the
+    best interior point against each end, one claim each (``claims`` = (low end, high end)), on the per-seed values
+    ``acc[g]`` of the runs ``runs[g]``. ``label`` is formatted with ``peak`` and ``end``; ``key`` names the row's
+    grid field. Returns (peak, means per grid point, rows)."""
+    means = {g: acc[g].mean() for g in grid}
+    peak = max(grid[1:-1], key=means.get)
+    rows = []
+    for cid, end in zip(claims, (grid[0], grid[-1])):
+        v = V.decide(CLAIMS[cid], acc[peak] - acc[end], runs[peak] + runs[end])
+        rows.append(row(cid, label.format(peak=peak, end=end), f"{V.fmt(v, 100, ' points')}", v, **{key: end}))
+    return peak, means, rows
+
+
 def finish(table: list[dict]) -> dict:
     """The verdict fields every data.json carries: ``n_comparisons``, ``counts`` per verdict and ``summary`` (the
     counts in words: "3 reproduced, 2 opposite of 5 comparisons", never one word over mixed rows)."""

@@ -71,12 +71,9 @@ def compute(seeds=3, tier="quick"):
         table.append(C.row("fedcm.t3.beats_fedavg", f"alpha = {a:g} better than alpha = 1 (FedAvg)",
                            f"{100 * acc[a].mean():.2f} vs {100 * acc[1.0].mean():.2f}, gain "
                            f"{V.fmt(v, 100, ' points')} (paper {PAPER[a]:.2f} vs 82.14)", v, alpha=a))
-    means = {a: acc[a].mean() for a in ALPHAS}
-    peak = max(ALPHAS[1:-1], key=means.get)                      # the best interior alpha
-    for cid, end in (("fedcm.t3.too_small", ALPHAS[0]), ("fedcm.t3.too_large", ALPHAS[-1])):
-        v = V.decide(C.CLAIMS[cid], acc[peak] - acc[end], res[peak] + res[end])
-        table.append(C.row(cid, f"alpha = {peak:g} (best interior) above alpha = {end:g}",
-                           f"{V.fmt(v, 100, ' points')}", v, alpha=end))
+    _, means, rows = C.interior_peak(ALPHAS, acc, res, ("fedcm.t3.too_small", "fedcm.t3.too_large"),
+                                     "alpha = {peak:g} (best interior) above alpha = {end:g}", "alpha")
+    table += rows
     near = max((a for a in ALPHAS if a in (0.05, 0.1)), key=means.get)
     other = max((a for a in ALPHAS if a not in (0.05, 0.1)), key=means.get)
     v = V.decide(C.CLAIMS["fedcm.t3.best"], acc[other] - acc[near], res[other] + res[near])

@@ -68,12 +68,9 @@ def compute(seeds=3, tier="quick"):
                            f"gain {V.fmt(v, 100, ' points')}", v, ratio=q))
     outside = {f"{q:g}": dict(zip(("mean", "lo", "hi"), V.interval(les[q] - avg))) for q in RATIOS
                if q not in IN_REGIME}
-    means = {q: les[q].mean() for q in RATIOS}
-    peak = max(RATIOS[1:-1], key=means.get)                     # the best interior ratio
-    for cid, end in (("fedlesam.fig4.rise", RATIOS[0]), ("fedlesam.fig4.drop", RATIOS[-1])):
-        v = V.decide(C.CLAIMS[cid], les[peak] - les[end], got[peak] + got[end])
-        table.append(C.row(cid, f"accuracy at rho/eta_l = {peak:g} (best interior) above {end:g}",
-                           f"{V.fmt(v, 100, ' points')}", v, ratio=end))
+    _, means, rows = C.interior_peak(RATIOS, les, got, ("fedlesam.fig4.rise", "fedlesam.fig4.drop"),
+                                     "accuracy at rho/eta_l = {peak:g} (best interior) above {end:g}", "ratio")
+    table += rows
     other = max((q for q in RATIOS if q != 0.1), key=means.get)
     v = V.decide(C.CLAIMS["fedlesam.fig4.best"], les[other] - les[0.1], got[other] + got[0.1])
     table.append(C.row("fedlesam.fig4.best", f"rho/eta_l = 0.1 about best (from scratch): best other ({other:g}) "
