@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_figures import common as C                                   # noqa: E402
 from paper_figures import flatness as FL                                # noqa: E402
 from paper_figures import verdict as V                                  # noqa: E402
-from paper_figures.runs import SHARP_RHO                                # noqa: E402  (one radius, every tier)
+from paper_figures.hooks import SHARP_RHO                               # noqa: E402  (one radius, every tier)
 
 NAME = "fedlesam_fig2_drift"
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
@@ -40,7 +40,7 @@ SAMPLES = 1000
 QUICK_TAG = f"drift,sharpness-ascent5-rho{SHARP_RHO}"   # the hooks of the quick and full runs (runs.HOOKS)
 # mnist tier: each method's rho as FedLESAM Sec. 6.1 states it (0.01 for FedSAM and FedLESAM, 0.1 for the others);
 # every main-protocol run carries the drift and sharpness hooks (common.main_tag; sharpness at SHARP_RHO for every
-# method, runs.mnist_hooks), so FedSAM and FedSMOO are the FedSMOO Table 2 runs at Dirichlet 0.1. MoFedSAM and
+# method, hooks.mnist_hooks), so FedSAM and FedSMOO are the FedSMOO Table 2 runs at Dirichlet 0.1. MoFedSAM and
 # FedGAMMA (two gradients a step each) are dropped to fit the budget: FedSAM (local perturbation) and FedSMOO
 # (corrected) are the two contrasts Sec. 4.1 draws; their rows say "not measured in this tier".
 MNIST_RHO = {"fedavg": None, "fedsam": 0.01, "mofedsam": 0.1, "fedgamma": 0.1, "fedsmoo": 0.1, "fedlesam": 0.01}

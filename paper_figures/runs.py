@@ -28,9 +28,9 @@ PKG = Path(__file__).resolve().parents[1] / "fedlab_analysis"
 # the files whose code determines a run's numbers (training_source_hash)
 TRAINING_SOURCES = ("trainers/*.py", "models.py", "params.py", "algos.py", "data/*.py")
 RUNGS = (0.3, 0.1, 0.03, 0.01, 0.003)        # matched-fit ladder of train losses
-SHARP_RHO = 0.1                              # the one radius global sharpness hooks measure at, for every method
+from paper_figures.hooks import SHARP_RHO    # noqa: E402,F401  (the one radius of the sharpness hooks)
 HOOKS = {                                     # tag -> "module:function(seed) -> [hooks]"
-    "mnist": "paper_figures.runs:mnist_hooks",
+    "mnist": "paper_figures.hooks:mnist_hooks",
     "consensus-every-step": "paper_figures.fedals_fig1_consensus:hooks",
     "consensus-rounds": "paper_figures.fedinit_fig2_consensus:hooks",
     "consensus": "paper_figures.fedsmoo_table2:consensus_hooks",
@@ -57,30 +57,20 @@ def training_source_hash() -> str:
 
 
 def hook_sources(tag: str) -> set:
-    """The files whose code defines the hooks of ``tag``: this module (:func:`mnist_hooks`), every probe module
-    (``fedlab_analysis/probes/*.py``: the hooks' measurements) and the module that :data:`HOOKS` names for the tag
+    """The files whose code defines the hooks of ``tag``: ``paper_figures/hooks.py`` (the tier's hooks and the one
+    radius SHARP_RHO), every probe module (``fedlab_analysis/probes/*.py``: the hooks' measurements) and the module
+    that :data:`HOOKS` names for the tag
     (a script's ``hooks`` and the constants they read, e.g. FedLESAM Fig. 2's ``SHARP_RHO``), found without
     importing it."""
     import importlib.util
     mod = importlib.util.find_spec(HOOKS[tag].split(":")[0]).origin
-    return {Path(__file__).resolve(), Path(mod).resolve(), *PKG.glob("probes/*.py")}
+    return {Path(__file__).resolve().with_name("hooks.py"), Path(mod).resolve(), *PKG.glob("probes/*.py")}
 
 
 def hooks_source_hash(tag: str) -> str:
     """Hash of :func:`hook_sources` (path relative to the repository, and bytes, of each). Part of a tagged run's
     key beside :func:`training_source_hash`: a change to a hook's code recomputes the runs that carry it."""
     return _hash_files(hook_sources(tag), PKG.parent)
-
-
-def mnist_hooks(seed: int) -> list:
-    """The hooks of every main-protocol run in the mnist tier, every 5 rounds: the consensus forms (FedSMOO Table
-    2's consistency, FedInit Fig. 2's divergences; ~3 s a call over 100 clients, so not every round), the
-    perturbation drift at local steps 0, 10, ..., 50 and the global sharpness (5 ascent steps) at one radius
-    SHARP_RHO = 0.1 for every method, whatever rho it trains with (FedLESAM Fig. 2 compares methods at one
-    radius), both on 1000 training samples (FedLESAM Fig. 2). Measured: about +10-20% on a round."""
-    from fedlab_analysis.probes import consensus, drift, sharpness
-    return [consensus.make_hook(every=5), drift.make_hook(every=5, steps=list(range(0, 60, 10)), samples=1000, seed=0),
-            sharpness.make_hook(every=5, method="ascent", ascent_steps=5, samples=1000, rho=SHARP_RHO)]
 
 
 def hooks_for(tag: str, seed: int) -> list:
