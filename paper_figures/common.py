@@ -58,7 +58,7 @@ TIERS = {"quick": QUICK_BASE, "mnist": MNIST_BASE, "full": FULL_BASE}
 SEEDS = {"quick": 3, "mnist": 5, "full": 3}          # default --seeds per tier
 
 VERDICTS = V.OUTCOMES
-_ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2}   # set by parse_args; read below
+_ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2, "tier": "quick"}   # set by parse_args
 
 
 def tier_of(tier) -> str:
@@ -111,7 +111,7 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     args.full = args.tier == "full"
     from fedlab_analysis.device import resolve, set_threads
     set_threads(1)                                   # the MLPs are fastest on one thread; shares the machine
-    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers,
+    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers, tier=args.tier,
                  device=str(resolve("auto")) if args.full else "cpu")
     return args
 
@@ -132,7 +132,7 @@ def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None)
     except UserError as e:
         run_error(e)
     data, fig = (out, plot(out)) if plot is not None else out
-    save_result(name, data, fig)
+    save_result(name, data, fig, args.tier)
     if summary is not None:
         if not args.quiet:
             print(name, summary(data))
@@ -291,6 +291,28 @@ def claims_table(rows: list[dict], theory: list[dict] | None = None) -> str:
     return "\n".join(out)
 
 
+def show_tier_results(names, tier: str = "mnist") -> dict:
+    """Display in a notebook each script's committed result in ``tier`` (out_dir(name, tier): data.json and
+    fig.png, written by ``python -m paper_figures.NAME --tier TIER`` from the run cache): a heading with its counts
+    per verdict, its figure and its claims table; a script without a committed result says so and how to make it.
+    Reads files only (nothing is trained). Returns {name: data or None}."""
+    from IPython.display import Image, Markdown, display
+    shown = {}
+    for name in names:
+        d = out_dir(name, tier)
+        if not (d / "data.json").exists():
+            display(Markdown(f"### {name}\n\n*Not in the committed {tier} results yet.* `python -m "
+                             f"paper_figures.tier --tier {tier} --only {name}` trains its runs (resumable), then "
+                             f"`python -m paper_figures.{name} --tier {tier}` writes its figure and numbers."))
+            shown[name] = None
+            continue
+        data = shown[name] = json.loads((d / "data.json").read_text())
+        display(Markdown(f"### {name}: {data['summary']}"))
+        display(Image(filename=str(d / "fig.png")))
+        display(Markdown(claims_table(data["table"])))
+    return shown
+
+
 def annotate_verdict(fig, text: str) -> None:
     """The verdict under the axes, in a box coloured by the verdict word it starts with (off the data)."""
     colour = next((c for v, c in sorted(V.COLOURS.items(), key=lambda kv: -len(kv[0]))
@@ -313,17 +335,20 @@ def show(fig) -> None:
     plt.close(fig)
 
 
-def out_dir(name: str) -> Path:
-    """<--out>/<name>/: the figure, its numbers and (git-ignored) runs/ cache."""
-    return Path(_ARGS["out"]) / name
+def out_dir(name: str, tier=None) -> Path:
+    """Where a script's figure and numbers go: <--out>/<name>/ for the QUICK tier, <--out>/<tier>/<name>/ for the
+    others (so the committed MNIST results and the QUICK ones CI regenerates sit side by side); ``tier`` defaults
+    to the one parse_args read."""
+    tier = tier_of(tier or _ARGS.get("tier"))
+    return Path(_ARGS["out"]) / name if tier == "quick" else Path(_ARGS["out"]) / tier / name
 
 
-def save_result(name: str, data: dict, fig) -> Path:
-    """<--out>/<name>/data.json (sorted keys, no timings, so reruns compare equal) and fig.png; --out defaults to
-    paper_figures/out."""
+def save_result(name: str, data: dict, fig, tier=None) -> Path:
+    """:func:`out_dir` /data.json (sorted keys, no timings, so reruns compare equal) and fig.png; --out defaults
+    to paper_figures/out."""
     if "summary" not in data:
         raise ValueError(f"save_result({name!r}): data has no 'summary' (common.finish)")
-    d = out_dir(name)
+    d = out_dir(name, tier)
     d.mkdir(parents=True, exist_ok=True)
     (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")
     plots.save(fig, d / "fig.png")

@@ -47,7 +47,10 @@ def _own_args(monkeypatch):
 
 def test_train_seeds_caches_by_config(tmp_path, monkeypatch):
     C.parse_args("x", ["--out", str(tmp_path)])
-    assert C.out_dir("fig") == tmp_path / "fig"
+    assert C.out_dir("fig") == tmp_path / "fig" and C.out_dir("fig", "mnist") == tmp_path / "mnist" / "fig"
+    C.parse_args("x", ["--out", str(tmp_path), "--tier", "mnist"])
+    assert C.out_dir("fig") == tmp_path / "mnist" / "fig" and C.out_dir("fig", "quick") == tmp_path / "fig"
+    C.parse_args("x", ["--out", str(tmp_path)])
     small = {"algo": "fedavg", "rounds": 2, "clients": 4, "eval_train_samples": 100}
     a = C.train_seeds(small, [0, 1], tmp_path / "runs")
     assert [r["seed"] for r in a] == [0, 1] and all(0 <= r["test_acc"] <= 1 for r in a)
