@@ -254,3 +254,22 @@ def test_every_script_runs_its_tier_path_on_tiny_digits(tier_name, tmp_path, mon
                                              "fedinit_fig1_sensitivity", "fedinit_fig2_consensus"):
             assert trimmed, f"{name}: the mnist tier trims its grid, so some rows are not measured"
     capsys.readouterr()
+
+
+def test_compare_tiers_reports_changed_verdicts(tmp_path, monkeypatch, capsys):
+    from paper_figures import common as C
+    from paper_figures import compare_tiers as CT
+    monkeypatch.setitem(C._ARGS, "out", tmp_path)
+    for tier, verdicts in (("quick", ["reproduced", "not converged"]), ("mnist", ["reproduced", "opposite"])):
+        d = C.out_dir("fedsmoo_table2", tier)
+        d.mkdir(parents=True)
+        (d / "data.json").write_text(json.dumps({"table": [{"row": f"r{i}", "verdict": v}
+                                                           for i, v in enumerate(verdicts)]}))
+    pairs = CT.compare(["fedsmoo_table2", "fedcm_table3_alpha"])          # the second has no results: skipped
+    assert pairs == [("fedsmoo_table2", "r0", "reproduced", "reproduced"),
+                     ("fedsmoo_table2", "r1", "not converged", "opposite")]
+    assert CT.main(["--changed"]) == 0
+    out = capsys.readouterr().out
+    assert "| fedsmoo_table2 | r1 | not converged | opposite | changed |" in out and "| r0 |" not in out
+    assert "1 of 2 comparisons (1 scripts)" in out
+    assert CT.main(["--tiers", "quick", "cifar"]) == 2

@@ -1,0 +1,68 @@
+"""Verdicts of two tiers side by side: ``python -m paper_figures.compare_tiers [--tiers quick mnist] [--changed]``.
+
+Reads the committed results (``common.out_dir(name, tier)/data.json``) of every script that has both, joins the
+rows by script and comparison (every script states the same comparisons in every tier), and prints one Markdown
+table: script, comparison, the verdict in each tier, and "changed" where they differ; then the counts. Trains and
+computes nothing.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from paper_figures import common as C
+
+
+def rows(name: str, tier: str) -> dict | None:
+    """{comparison: verdict} of a script's committed result in ``tier`` (None where there is none)."""
+    p = C.out_dir(name, tier) / "data.json"
+    if not p.exists():
+        return None
+    return {t["row"]: t["verdict"] for t in json.loads(p.read_text())["table"]}
+
+
+def compare(names, a: str = "quick", b: str = "mnist") -> list[tuple[str, str, str, str]]:
+    """(script, comparison, verdict in a, verdict in b) for every comparison of the scripts that have both."""
+    out = []
+    for name in names:
+        ra, rb = rows(name, a), rows(name, b)
+        if ra is None or rb is None:
+            continue
+        out += [(name, row, ra.get(row, "absent"), rb.get(row, "absent")) for row in dict.fromkeys([*ra, *rb])]
+    return out
+
+
+def table(pairs, a: str, b: str, changed_only: bool = False) -> str:
+    lines = [f"| script | comparison | {a} | {b} | |", "|---|---|---|---|---|"]
+    for name, row, va, vb in pairs:
+        if changed_only and va == vb:
+            continue
+        lines.append(f"| {name} | {row.replace('|', '/')} | {va} | {vb} | {'changed' if va != vb else ''} |")
+    n = sum(va != vb for _, _, va, vb in pairs)
+    scripts = len({p[0] for p in pairs})
+    return "\n".join(lines) + f"\n\n{n} of {len(pairs)} comparisons ({scripts} scripts) change verdict from {a} to {b}."
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from paper_figures.tier import ORDER, TOY
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiers", nargs=2, default=["quick", "mnist"], metavar=("A", "B"))
+    ap.add_argument("--changed", action="store_true", help="only the comparisons whose verdict changed")
+    args = ap.parse_args(argv)
+    bad = [t for t in args.tiers if t not in C.TIERS]
+    if bad:
+        print(f"error: --tiers: unknown {bad[0]!r}; choose from {', '.join(C.TIERS)}", file=sys.stderr)
+        return 2
+    a, b = args.tiers
+    pairs = compare([*ORDER, *TOY], a, b)
+    if not pairs:
+        print(f"no script has committed results in both {a} and {b}")
+        return 0
+    print(table(pairs, a, b, args.changed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
