@@ -23,11 +23,10 @@ TOY = ("fedcm_identities", "fedlesam_cost", "fedals_table2_comm", "stability_gap
 
 
 def collect(tier: str, seeds: int, only=None) -> tuple[list[dict], dict]:
-    """(the union of the scripts' tasks in priority order, {script: [its task paths]})."""
+    """(the union of the scripts' tasks in priority order, {script: [its task paths]}); with ``only``, those
+    scripts in the order given."""
     tasks, per = OrderedDict(), {}
-    for name in ORDER:
-        if only and name not in only:
-            continue
+    for name in dict.fromkeys(only) if only else ORDER:
         mod = importlib.import_module(f"paper_figures.{name}")
         ts = R.tasks(mod.run_list(tier, seeds), tier)
         per[name] = [t["path"] for t in ts]
@@ -62,7 +61,7 @@ def main(argv=None) -> int:
     own, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     if "-h" in rest or "--help" in rest:
         print(__doc__ + "\n--plan: print the run table and the estimated time, train nothing; --only SCRIPT ...: "
-              "only these scripts' runs; and the scripts' flags:")
+              "only these scripts' runs, in the order given; and the scripts' flags:")
     args = common.parse_args(__doc__.split("\n\n")[0], rest)
     plan, only = own.plan, own.only
     if only and set(only) - set(ORDER):

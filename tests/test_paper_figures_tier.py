@@ -174,6 +174,10 @@ def test_tier_defaults_and_tier_cli(capsys, tmp_path):
     assert tier.main(["--tier", "mnist", "--plan", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| fedsmoo_table2 |" in out and "**total**" in out and not (tmp_path / "runs").exists()
+    assert tier.main(["--tier", "mnist", "--plan", "--only", "fedcm_table3_alpha", "fedsmoo_table2",
+                      "--out", str(tmp_path)]) == 0
+    names = [ln.split("|")[1].strip() for ln in capsys.readouterr().out.splitlines()[2:4]]
+    assert names == ["fedcm_table3_alpha", "fedsmoo_table2"]                    # --only: in the order given
 
 
 def test_every_script_run_list_resolves_in_every_tier():
