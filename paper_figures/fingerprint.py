@@ -2,18 +2,19 @@
 numbers it would produce did not.
 
 :func:`training_fingerprint` trains a fixed battery through the shipped trainer (``trainers.loop.train``) in
-float64 on a tiny problem (300 digits, MLP 64-12-10-10, 7 clients): every algorithm of ``algos.NAMES`` and the
-relaxed-initialisation variants, over the paths the tiers use (vmap and one loop run, Bernoulli sampling, the
-Dirichlet rule and a Dirichlet partition with unequal client sizes, hence unequal local step counts, short last
-batches, weight decay, lr decay, evaluation, a killed-and-resumed run), 3 rounds each. It hashes each run's
-metrics rows (``seconds`` aside) and, per parameter tensor, the sum, the sum of squares and a fixed random
-projection of the final global weights, every number rounded to 9 significant digits, with the data fingerprint
-(:func:`data_fingerprint`) and ``torch.__version__``.
+float64 on a tiny problem (300 digits, MLP 64-12-10-10, 7 clients; one case on all the digits, loaded by name): every
+algorithm of ``algos.NAMES`` and the relaxed-initialisation variants, over the paths the tiers use (vmap clients and
+one loop run, Bernoulli and fixed sampling, the equal-size Dirichlet rule and the label-Dirichlet one with unequal
+client sizes, hence unequal local step counts, short last batches, weight decay, lr decay, evaluation, a
+killed-and-resumed run), 3 rounds each. It hashes each run's metrics rows (``seconds`` aside) and, per parameter
+tensor, the sum, the sum of squares and a fixed random projection of the final global weights, every number rounded
+to 9 significant digits, with the data fingerprint (:func:`data_fingerprint`) and ``torch.__version__``.
 
 Why 9 digits of a few summaries: a behaviour-preserving change that only reorders float64 arithmetic moves a number
-by about 1e-15 of itself, so it crosses a 9-digit rounding boundary with a chance of about 1e-6 per number (a
-mismatch then only retrains, it never keeps a wrong run); any real change moves them by far more. Rounding every
-weight instead would cross some boundary in one battery in a thousand.
+by about 1e-16 to 1e-15 of itself (loop vs vmap clients: 3e-16 measured), so it crosses a 9-digit rounding boundary
+with a chance of about 1e-6 per number, about 1e-3 for the battery's ~960 numbers (a spurious mismatch only
+retrains, it never keeps a wrong run), where rounding each of its ~24,000 weights would give about 2%; a real
+change, even a 1e-7 change of the learning rate, moves them by far more.
 
 The memo ``<runs root>/fingerprints.json`` = {training_source_hash: fingerprint} (:func:`recorded`) lets
 ``runs.status`` compare a cached run's source with the current one. Only the current code can be fingerprinted, so
@@ -42,6 +43,9 @@ VARIANTS = {"fedinit-delta-beta-0.1": ("fedinit", dict(beta=-0.1, ri_agg="delta_
             "feddyn-ri": ("feddyn", dict(ri=True)),
             "fedavg-loop": ("fedavg", dict(client_parallel="loop")),
             "fedavg-dirichlet-equal": ("fedavg", dict(partition="dirichlet", clients=10, local_epochs=2)),
+            # the data set by name, as the tiers load theirs, and an evaluation longer than one 1,000-sample chunk
+            "fedavg-digits-by-name": ("fedavg", dict(dataset="digits", partition="dirichlet", dir_alpha=0.3,
+                                                     clients=20, active_ratio=0.3, eval_train_samples=1200)),
             "scaffold-fixed-resume": ("scaffold", dict(sampling="fixed", ckpt_every=1)),
             "fedsmoo-resume": ("fedsmoo", dict(ckpt_every=1))}
 MNIST_PARTITIONS = {"dirichlet-0.6": dict(alpha=0.6), "dirichlet-0.1": dict(alpha=0.1)}   # 100 clients, seed 0
@@ -101,11 +105,14 @@ def _dataset():
 
 
 def run_case(algo: str, overrides: dict, dataset, work: Path) -> str:
-    """Train one case in ``work`` and return its digest (rows and weights, 9 significant digits)."""
+    """Train one case in ``work`` (on ``dataset``, unless the case names its data set) and return its digest (rows and
+    weights, 9 significant digits)."""
     from fedlab_analysis.config import RunConfig
     from fedlab_analysis.plots import read_metrics
     from fedlab_analysis.trainers.loop import train
     cfg = RunConfig(**{**BASE, **overrides, "algo": algo}).validate()
+    if "dataset" in overrides:                      # loaded by name inside the trainer
+        dataset = None
     if cfg.ckpt_every:                              # a run killed after round 2 and resumed from its last.pt
         import dataclasses
         train(dataclasses.replace(cfg, rounds=cfg.rounds - 1), work, dataset=dataset)

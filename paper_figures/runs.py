@@ -47,6 +47,7 @@ HOOKS = {                                     # tag -> "module:function(seed) ->
 COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (0.1, 5.0)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
 HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5-rho0.1": 2.5}
+_UNFINGERPRINTED: set = set()                 # sources whose fingerprint failed in this process (same_behaviour)
 
 
 def _hash_files(files, root: Path = PKG) -> str:
@@ -140,8 +141,16 @@ def same_behaviour(old: dict, key: dict, root: Path) -> bool:
     from paper_figures import fingerprint
     try:
         fp = fingerprint.read_memo(root).get(old["source"])
-        return fp is not None and fp == fingerprint.recorded(root, key["source"])
     except ValueError:                                # an unreadable memo verifies nothing
+        return False
+    if fp is None or key["source"] in _UNFINGERPRINTED:
+        return False
+    try:
+        return fp == fingerprint.recorded(root, key["source"], progress=True)
+    except Exception as e:                            # noqa: BLE001  (code that cannot be fingerprinted keeps nothing)
+        _UNFINGERPRINTED.add(key["source"])          # tried once per process
+        print(f"warning: cannot fingerprint the training code ({type(e).__name__}: {e}); runs trained by other "
+              f"code are trained again", file=sys.stderr)
         return False
 
 

@@ -31,11 +31,12 @@ def fp(algos, **kw):
 # ---- the fingerprint -------------------------------------------------------------------------------------------
 def test_the_same_code_gives_the_same_fingerprint():
     parts = {}
-    a = fp(["fedavg", "fedinit"], parts=parts)
-    assert a == fp(["fedavg", "fedinit"]) and len(a) == 16 and int(a, 16) >= 0
-    assert set(parts["cases"]) == {n for n, (algo, _) in F.cases().items() if algo in ("fedavg", "fedinit")}
-    assert {"fedavg-loop", "fedinit-delta-beta-0.1"} <= set(parts["cases"]) and parts["data"]["mnist"] == "absent"
-    assert fp(["fedavg"]) != a                                   # the battery is part of what is hashed
+    a = fp(["fedavgm", "fedinit"], parts=parts)
+    assert a == fp(["fedavgm", "fedinit"]) and len(a) == 16 and int(a, 16) >= 0
+    assert set(parts["cases"]) == {"fedavgm", "fedinit", "fedinit-delta-beta-0.1"}
+    assert parts["data"]["mnist"] == "absent"
+    assert fp(["fedavgm"]) != a                                  # the battery is part of what is hashed
+    assert {"fedavg", "fedavg-loop", "fedavg-digits-by-name"} <= {n for n, (algo, _) in F.cases(["fedavg"]).items()}
     with pytest.raises(ValueError, match="fedfoo"):
         F.cases(["fedfoo"])
 
@@ -65,8 +66,8 @@ def test_round_off_from_a_reordering_does_not_change_it(tmp_path):
 
 
 @pytest.mark.parametrize("algo,change", [
-    ("scaffold", "scaffold_sign"), ("fedinit", "ri_sign"), ("fedavg", "lr_decay"), ("fedavg", "lr_1e-7"),
-    ("fedavg", "partition")])
+    ("scaffold", "scaffold_sign"), ("fedinit", "ri_sign"), ("fedprox", "lr_decay"), ("fedprox", "lr_1e-7"),
+    ("fedprox", "partition")])
 def test_a_behaviour_change_changes_the_fingerprint(monkeypatch, algo, change):
     from fedlab_analysis.data import partitions
     from fedlab_analysis.trainers import engine, parts
@@ -81,7 +82,7 @@ def test_a_behaviour_change_changes_the_fingerprint(monkeypatch, algo, change):
         monkeypatch.setattr(engine.Run, "lr_at", lambda self, t: self.cfg.lr * self.cfg.lr_decay ** (t + 1))
     elif change == "lr_1e-7":                # a real change far below a percent still shows in 9 digits
         monkeypatch.setattr(engine.Run, "lr_at", lambda self, t: self.cfg.lr * (1 + 1e-7) * self.cfg.lr_decay ** t)
-    else:                                    # the Dirichlet rule's clients dealt in reverse order
+    else:                                    # the Dirichlet rule's clients dealt in reverse order (the digits' own)
         rule, allowed = partitions._RULES["dirichlet"]
         monkeypatch.setitem(partitions._RULES, "dirichlet", (lambda *a, **kw: rule(*a, **kw)[::-1], allowed))
     assert fp([algo]) != before
@@ -165,6 +166,21 @@ def test_an_entry_with_a_different_or_missing_fingerprint_is_stale(trained, comp
     R.ensure(again)                                                   # an accepted entry stays; a stale one ...
     R.ensure(tagged)
     assert json.loads((Path(task["path"]) / "key.json").read_text()) == tagged["key"]   # ... is trained again
+
+
+def test_code_that_cannot_be_fingerprinted_keeps_nothing(trained, monkeypatch, capsys):
+    task, old = trained
+    F.record(Path(task["path"]).parent, old, "same")
+    calls = []
+
+    def broken(**kw):
+        calls.append(1)
+        raise RuntimeError("boom")
+    monkeypatch.setattr(F, "training_fingerprint", broken)
+    monkeypatch.setattr(R, "_UNFINGERPRINTED", set())
+    again = _edited(monkeypatch)
+    assert R.status(again) == "new" and R.status(again) == "new" and len(calls) == 1     # tried once
+    assert capsys.readouterr().err.count("warning: cannot fingerprint the training code (RuntimeError: boom)") == 1
 
 
 def test_a_partial_entry_of_an_equivalent_source_resumes(computed, monkeypatch):
