@@ -39,7 +39,7 @@ BASE = dict(model="mlp", model_kwargs={"widths": [12, 10]}, dtype="float64", dev
 OWN = {"fedals": dict(partition="sorted", clients=5, active_ratio=1.0, tau=3, alpha=2),
        "fedals-scaffold": dict(partition="sorted", clients=5, active_ratio=1.0, tau=3, alpha=2)}
 # further cases: name -> (algo, overrides); "resume" trains 2 rounds, then resumes from last.pt to 3
-VARIANTS = {"fedinit-delta-beta-0.1": ("fedinit", dict(beta=-0.1, ri_agg="delta_from_init")),
+VARIANTS = {"fedinit-delta-from-init-beta-neg0.1": ("fedinit", dict(beta=-0.1, ri_agg="delta_from_init")),
             "feddyn-ri": ("feddyn", dict(ri=True)),
             "fedavg-loop": ("fedavg", dict(client_parallel="loop")),
             "fedavg-dirichlet-equal": ("fedavg", dict(partition="dirichlet", clients=10, local_epochs=2)),

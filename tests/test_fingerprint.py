@@ -33,7 +33,7 @@ def test_the_same_code_gives_the_same_fingerprint():
     parts = {}
     a = fp(["fedavgm", "fedinit"], parts=parts)
     assert a == fp(["fedavgm", "fedinit"]) and len(a) == 16 and int(a, 16) >= 0
-    assert set(parts["cases"]) == {"fedavgm", "fedinit", "fedinit-delta-beta-0.1"}
+    assert set(parts["cases"]) == {"fedavgm", "fedinit", "fedinit-delta-from-init-beta-neg0.1"}
     assert parts["data"]["mnist"] == "absent"
     assert fp(["fedavgm"]) != a                                  # the battery is part of what is hashed
     assert {"fedavg", "fedavg-loop", "fedavg-digits-by-name"} <= {n for n, (algo, _) in F.cases(["fedavg"]).items()}
