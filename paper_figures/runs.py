@@ -7,8 +7,13 @@ execution fields (``config.EXECUTION``) and ``data_dir``, the ``tag``, :func:`tr
 tagged run, :func:`hooks_source_hash` (the hooks write the probe rows the scripts read, so a change to a hook's
 code, e.g. the radius it measures sharpness at, recomputes the tagged runs; untagged runs are unaffected); an entry
 whose key differs is trained again from scratch; one with the same key and no done.json resumes from its last
-checkpoint (bit-identical, ``train(resume=True)``); a done one is never touched. A run that raises is recorded in
-failed.json and the others go on; a run whose loss goes non-finite is done, with ``diverged`` set (an outcome).
+checkpoint (bit-identical, ``train(resume=True)``); a done one is never touched. Keys that differ in
+:func:`training_source_hash` alone count as equal when ``<root>/fingerprints.json`` records one behavioural
+fingerprint for both sources (:mod:`paper_figures.fingerprint`: a float64 battery of every algorithm whose numbers, to
+9 digits, and data agree), so an edit that changes no number keeps every run, and the entry keeps its key.json; a
+source with no recorded fingerprint cannot be verified, and its runs are trained again. A run that raises is
+recorded in failed.json and the others go on; a run whose loss goes non-finite is done, with ``diverged`` set (an
+outcome).
 
 Hooks are named by ``tag`` in :data:`HOOKS` ("module:function" -> ``function(seed) -> [hooks]``) so that a pool
 worker (a fresh process) builds the same ones. Every run also carries :class:`MatchedFit`.
@@ -42,6 +47,7 @@ HOOKS = {                                     # tag -> "module:function(seed) ->
 COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (0.1, 5.0)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
 HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5-rho0.1": 2.5}
+_UNFINGERPRINTED: set = set()                 # sources whose fingerprint failed in this process (same_behaviour)
 
 
 def _hash_files(files, root: Path = PKG) -> str:
@@ -127,9 +133,36 @@ def tasks(items, tier: str, out_root=None) -> list[dict]:
     return out
 
 
+def same_behaviour(old: dict, key: dict, root: Path) -> bool:
+    """``old`` and ``key`` differ in ``source`` alone and the memo at ``root`` holds one fingerprint for both (an
+    old source without a memoised fingerprint cannot be verified: False, and nothing is computed)."""
+    if old.get("source") == key["source"] or {**old, "source": key["source"]} != key:
+        return False
+    from paper_figures import fingerprint
+    try:
+        fp = fingerprint.read_memo(root).get(old["source"])
+    except ValueError:                                # an unreadable memo verifies nothing
+        return False
+    if fp is None or key["source"] in _UNFINGERPRINTED:
+        return False
+    try:
+        return fp == fingerprint.recorded(root, key["source"], progress=True)
+    except Exception as e:                            # noqa: BLE001  (code that cannot be fingerprinted keeps nothing)
+        _UNFINGERPRINTED.add(key["source"])          # tried once per process
+        print(f"warning: cannot fingerprint the training code ({type(e).__name__}: {e}); runs trained by other "
+              f"code are trained again", file=sys.stderr)
+        return False
+
+
 def status(task: dict) -> str:
+    """new / partial / failed / done. An entry is current when its key.json equals the task's key, or when the two
+    differ in ``source`` alone and the memo ``<root>/fingerprints.json`` gives both sources the same behavioural
+    fingerprint (:mod:`paper_figures.fingerprint`); the current source's is computed then, once, if not yet there."""
     p = Path(task["path"])
-    if not (p / "key.json").exists() or json.loads((p / "key.json").read_text()) != task["key"]:
+    if not (p / "key.json").exists():
+        return "new"
+    old = json.loads((p / "key.json").read_text())
+    if old != task["key"] and not same_behaviour(old, task["key"], p.parent):
         return "new"
     return "done" if (p / "done.json").exists() else "failed" if (p / "failed.json").exists() else \
         "partial" if (p / "run" / "ckpt" / "last.pt").exists() else "new"
@@ -213,7 +246,8 @@ def ensure(task: dict) -> dict:
         if st == "new" and entry.exists():
             shutil.rmtree(entry)                      # a stale key: nothing of it is reused
         entry.mkdir(parents=True, exist_ok=True)
-        _write(entry / "key.json", task["key"])
+        if st == "new":                               # an equivalent entry keeps the source that trained it
+            _write(entry / "key.json", task["key"])
         (entry / "failed.json").unlink(missing_ok=True)
         resume = (entry / "run" / "ckpt" / "last.pt").exists()
         cfg = RunConfig.from_dict(task["config"])
