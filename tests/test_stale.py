@@ -253,7 +253,8 @@ def test_surface_panels_share_one_labelled_log_scale():
 
 
 # ---- the README's gallery: each figure's verdict counts are its data.json's ---------------------------------------
-GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:mnist/)?\w+)/fig\.png\".* — (?P<summary>[^—|]+?) \|$")
+GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:mnist/)?\w+)/fig\.png\".* — "
+                         r"(?P<summary>[^—|]+?) \|$")
 
 
 def gallery_mismatches(readme: str) -> list[str]:
@@ -293,8 +294,8 @@ _OUTCOME = re.compile(r"\b(?:lowest|highest|flattest|sharpest|the best|the worst
                       r"smaller|flatter|sharper|better|worse|ahead|behind|below|above))\b", re.I)
 _NUMWORD = r"(?:\d|one\b|two\b|three\b|four\b|five\b|six\b|seven\b|eight\b|nine\b|ten\b|twice\b|half\b|a few\b)"
 _MEASURED = re.compile(r"(?<![\w.])[-+\u2212]?\d+(?:\.\d+)?(?:\s*[-\u2013]\s*\d+(?:\.\d+)?)?\s*(?:%|percent\b|"
-                       r"points?\b|x\b|\u00d7|times\b)|\b(?:by|only) [-+\u2212]?\d|\b(?:about|roughly|approximately|around|nearly) "
-                       + _NUMWORD, re.I)
+                       r"points?\b|x\b|\u00d7|times\b)|\b(?:by|only) [-+\u2212]?\d|"
+                       r"\b(?:about|roughly|approximately|around|nearly) " + _NUMWORD, re.I)
 _SETTING = re.compile(r"\d+\s*%\s*(?:of\b|per\b|participation|active|\(|-\s*\d|t\b|confidence|interval)|"
                       r"\bat least \d+\s*% test accuracy", re.I)            # 10% of 100 clients, a 95% t interval
 _PLACE = re.compile(r"\b(?:Tables?|Figs?\.|Figures?|Secs?\.|Sections?|Eqs?\.|Equations?|Theorems?|Thms?\.?|Lemmas?|"
