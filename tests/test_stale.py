@@ -405,3 +405,29 @@ def test_readme_gallery_rows_describe_what_each_figure_shows():
                 "FedCM Table 3 — test accuracy against alpha: on digits after 30 rounds accuracy rises with alpha and "
                 "alpha = 1 (FedAvg) is best", "FedALS Fig. 1 — consensus distance of FedAvg: the head drifts most"):
         assert stale_prose(old), old                                           # rows it had (issue 22)
+
+
+def test_reading_is_written_from_the_table():
+    """common.reading, the generated reading under each notebook table: every row under its own verdict, the counts,
+    the meaning of "not converged" only where a row has it, and the data's caveat; a changed table changes it."""
+    from paper_figures import common
+    from paper_figures import verdict as V
+
+    def r(label, verdict, n=3, note=""):
+        return {"row": label, "verdict": verdict, "n_seeds": n, "interval": [0.0, 1.0], "note": note}
+    table = [r("A below B, Dir-0.6", V.REPRODUCED), r("A below B, Dir-0.1", V.NOT_CONVERGED, note="1 of 6 runs"),
+             r("A flatter than B", V.OPPOSITE), r("A at matched loss", V.REPRODUCED)]
+    data = {"table": table, "caveat": "Final train loss A 0.02, B 0.18: ..."}
+    text = common.reading(data)
+    assert V.summary(table) in text and "Caveat: Final train loss A 0.02, B 0.18" in text
+    listed = {ln[2:].split(" (")[0]: ln for ln in text.splitlines() if ln.startswith("- ")}
+    assert set(listed) == {V.REPRODUCED, V.NOT_CONVERGED, V.OPPOSITE}
+    for row in table:
+        assert row["row"] in listed[row["verdict"]] and sum(row["row"] in ln for ln in listed.values()) == 1
+    assert "(1 of 6 runs)" in listed[V.NOT_CONVERGED] and '"not converged": a run' in text
+    assert "With 3 seeds (fewer than 5)" in text and "**" not in text      # no bold: verdict tables are the bold cells
+    table[2]["verdict"] = V.REPRODUCED                                       # the table changes: so does its reading
+    again = common.reading({"table": table})
+    assert again != text and "opposite" not in again and "Caveat" not in again
+    same = common.reading({"table": [r("x", V.REPRODUCED, n=5), r("y", V.REPRODUCED, n=5)]})
+    assert same == "*Reading of this table* (2 reproduced of 2 comparisons; every row the same verdict)."
