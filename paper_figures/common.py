@@ -291,11 +291,40 @@ def claims_table(rows: list[dict], theory: list[dict] | None = None) -> str:
     return "\n".join(out)
 
 
+def reading(data: dict) -> str:
+    """Markdown: what a script's result says, written from its own table (``data``: a script's data.json or its
+    ``compute`` result) and never typed into a notebook, so it holds in every tier and after every re-run: the counts
+    per verdict, each verdict with the comparisons that got it, a line on what "not converged" / "diverged" mean
+    where a row has one, the interval width where a comparison has fewer than MIN_SEEDS seeds, and the data's own
+    caveat (a sentence its script computes, with its numbers) where it has one. No bold: the verdict tables are
+    the notebook's bold cells."""
+    table = data.get("table") or []
+    verdicts = {r["verdict"] for r in table}
+    out = [f"*Reading of this table* ({V.summary(table)}" + ("; every row the same verdict)." if len(verdicts) == 1
+                                                          else "):\n")]
+    label = lambda r: str(r["row"]) + (f" ({r['note']})" if r["verdict"] == V.NOT_CONVERGED else "")   # noqa: E731
+    for v in V.OUTCOMES if len(verdicts) > 1 else ():
+        hit = [label(r) for r in table if r["verdict"] == v]
+        if hit:
+            out.append(f"- {v} ({len(hit)}): " + "; ".join(hit))
+    if V.NOT_CONVERGED in verdicts:
+        out.append(f"\n\"{V.NOT_CONVERGED}\": a run of the comparison still moved over its last rounds "
+                   "(`common.converged`), so its measured column is shown without a verdict.")
+    if V.DIVERGED in verdicts:
+        out.append(f"\n\"{V.DIVERGED}\": a run of the comparison went non-finite; it is an outcome, not a dropped run.")
+    few = sorted({r["n_seeds"] for r in table if r.get("interval") and r.get("n_seeds", V.MIN_SEEDS) < V.MIN_SEEDS})
+    if few:
+        out.append(f"\nWith {' or '.join(map(str, few))} seeds (fewer than {V.MIN_SEEDS}) the 95% intervals are wide.")
+    if data.get("caveat"):
+        out.append(f"\nCaveat: {data['caveat'].rstrip('.')}.")
+    return "\n".join(out)
+
+
 def show_tier_results(names, tier: str = "mnist") -> dict:
     """Display in a notebook each script's committed result in ``tier`` (out_dir(name, tier): data.json and
     fig.png, written by ``python -m paper_figures.NAME --tier TIER`` from the run cache): a heading with its counts
-    per verdict, its figure and its claims table; a script without a committed result says so and how to make it.
-    Reads files only (nothing is trained). Returns {name: data or None}."""
+    per verdict, its figure, its claims table and its reading (``reading``); a script without a committed result says
+    so and how to make it. Reads files only (nothing is trained). Returns {name: data or None}."""
     from IPython.display import Image, Markdown, display
     shown = {}
     for name in names:
@@ -310,6 +339,7 @@ def show_tier_results(names, tier: str = "mnist") -> dict:
         display(Markdown(f"### {name}: {data['summary']}"))
         display(Image(filename=str(d / "fig.png")))
         display(Markdown(claims_table(data["table"])))
+        display(Markdown(reading(data)))
     return shown
 
 

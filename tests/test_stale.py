@@ -253,7 +253,8 @@ def test_surface_panels_share_one_labelled_log_scale():
 
 
 # ---- the README's gallery: each figure's verdict counts are its data.json's ---------------------------------------
-GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:mnist/)?\w+)/fig\.png\".* — (?P<summary>[^—|]+?) \|$")
+GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:mnist/)?\w+)/fig\.png\".* — "
+                         r"(?P<summary>[^—|]+?) \|$")
 
 
 def gallery_mismatches(readme: str) -> list[str]:
@@ -275,3 +276,158 @@ def test_readme_gallery_counts_are_the_committed_results():
     row = next(ln for ln in readme.splitlines() if GALLERY_ROW.match(ln))
     stale = readme.replace(row, row[:-2] + " (stale) |", 1)
     assert stale != readme and gallery_mismatches(stale)            # a stale count is caught
+
+
+# ---- notebook prose: no measured result typed into a Markdown cell ------------------------------------------------
+# A notebook's outputs change with its tier and with every re-run; its Markdown does not. So a Markdown cell explains
+# the method, quotes the paper (its numbers with their place) and states caveats conditionally, and every reading of
+# a result is generated from the data (common.reading). A sentence is refused when, outside the paper's quoted words,
+# inline code and math, it holds a verdict word (not named as a term: "reproduced", *opposite*), or an outcome word
+# or a measured-looking number (a percentage, "N points", "Nx", "about N") without citing its place in the paper
+# (Table 2, Fig. 3, Sec. 5.2, Lemma B.8, ...) or saying whose it is ("the paper reports"); questions may ask, and a
+# conditional caveat ("If FedSMOO also fits ... more tightly, ...") may name a direction.
+_VERDICT = re.compile(r"\b(?:reproduc\w*|opposite|inconclusive|not converged|direction only|diverged|violated|"
+                      r"clearly|as in the paper|against the paper|unlike the paper|confirm\w*|contradict\w*|"
+                      r"by far|we (?:see|find|observe|get)|is not what)\b", re.I)
+_OUTCOME = re.compile(r"\b(?:lowest|highest|flattest|sharpest|the best|the worst|beats?|helps?|collapses?|"
+                      r"(?:more|less) than|most of all|(?:rises?|falls?|drifts?|moves?|gains?|loses?) (?:more|less|"
+                      r"most|least)|(?:is|are) (?:lower|higher|larger|smaller|flatter|sharper|better|worse|best|"
+                      r"worst|ahead|behind|below|above))\b", re.I)
+_NUMWORD = r"(?:\d|one\b|two\b|three\b|four\b|five\b|six\b|seven\b|eight\b|nine\b|ten\b|twice\b|half\b|a few\b)"
+_MEASURED = re.compile(r"(?<![\w.])[-+\u2212]?\d+(?:\.\d+)?(?:\s*[-\u2013]\s*\d+(?:\.\d+)?)?\s*(?:%|percent\b|"
+                       r"points?\b|x\b|\u00d7|times\b)|\b(?:by|only) [-+\u2212]?\d|"
+                       r"\b(?:about|roughly|approximately|around|nearly) " + _NUMWORD, re.I)
+_SETTING = re.compile(r"\d+\s*%\s*(?:of\b|per\b|participation|active|\(|-\s*\d|t\b|confidence|interval)|"
+                      r"\bat least \d+\s*% test accuracy", re.I)            # 10% of 100 clients, a 95% t interval
+_PLACE = re.compile(r"\b(?:Tables?|Figs?\.|Figures?|Secs?\.|Sections?|Eqs?\.|Equations?|Theorems?|Thms?\.?|Lemmas?|"
+                    r"Remarks?|App\.|Appendix|Algorithm|Alg\.|Example)\s*\(?[A-Z]?\d", re.I)
+_SPEECH = re.compile(r"\b(?:argues?|claims?|reports?|states?|proves?|says|reads)\b")
+_TERM = re.compile(r"\*\*?(?:reproduced|direction only|opposite|inconclusive|not converged|diverged|violated|holds|"
+                   r"outside the proven regime|mixed)\*?\*", re.I)
+_CONDITIONAL = re.compile(r"(?:if|where|when|whether|unless)\b", re.I)      # a caveat that holds whatever the outcome
+_ABBREV = re.compile(r"\b(Figs?|Secs?|Eqs?|App|Thm|Alg|e\.g|i\.e|et al|cf|vs|No)\.\s")
+
+
+def _free_text(md: str) -> str:
+    """A Markdown cell without what it may say freely: code, math, inline code, the paper's quoted words, link
+    targets, table rows, a verdict word named as a term (**reproduced**, *violated*) and a paper's title (italics)."""
+    md = re.sub(r"```.*?```", " ", md, flags=re.S)
+    md = re.sub(r"\$\$.*?\$\$", " MATH ", md, flags=re.S)
+    md = re.sub(r"\$[^$]*\$", " MATH ", md)
+    md = re.sub(r"`[^`]*`", " CODE ", md)
+    md = re.sub(r"\"[^\"]*\"|\u201c[^\u201d]*\u201d", " QUOTE ", md)
+    md = re.sub(r"\]\([^)]*\)", "]", md)
+    md = _TERM.sub(" TERM ", md)
+    md = re.sub(r"(?<!\*)\*[^*\n]{30,}?\*(?!\*)", " TITLE ", md)
+    return "\n".join(s for s in md.splitlines() if not s.lstrip().startswith("|"))
+
+
+def sentences(md: str) -> list[str]:
+    """The free text's sentences and clauses (split at . ! ? ; : list items, headings and blank lines; "Fig. 3" and
+    "e.g." do not end one)."""
+    text = _ABBREV.sub(lambda m: m.group(1) + "\u2024 ", _free_text(md))
+    parts = re.split(r"(?<=[.!?;:])\s+|\n\s*(?:[-*]|\d+\.)\s+|\n#+\s*|\n\s*\n", text)
+    return [re.sub(r"\s+", " ", p).replace("\u2024", ".").strip() for p in parts if p.strip()]
+
+
+def stale_prose(md: str) -> list[str]:
+    """The sentences of a Markdown text that state a measured result (empty: none)."""
+    bad = []
+    for s in sentences(md):
+        cited = _PLACE.search(s) or _SPEECH.search(s) or s.endswith("?") or _CONDITIONAL.match(s)
+        if _VERDICT.search(s) or ((_OUTCOME.search(s) or _MEASURED.search(_SETTING.sub(" ", s))) and not cited):
+            bad.append(s)
+    return bad
+
+
+# the Markdown that fedsmoo.ipynb carried over outputs reading "5 reproduced, 1 opposite, 1 inconclusive, 7 not
+# converged of 14 comparisons" and "12 not converged of 12 comparisons" (issue 22), and fedlesam.ipynb's Fig. 2 text
+STALE_FEDSMOO = [
+    """Every Table 2 row reproduces, with wider gaps than the paper's: FedSMOO is 37-72% below FedSAM where the paper
+has 5-43%.
+Read the caveat under the figure before calling this flatness: FedSMOO also fits the training data about eight
+times more tightly.""",
+    """FedSMOO's minimum is clearly the lowest. On this plane, however, its surface rises *more* than the baselines'.
+Filter normalisation scales each direction by the weights' own norms, and FedSMOO's weights are larger, so the
+same $(a, b)$ is a longer step from FedSMOO's model. The paper's 3-D pictures do not state a range or a
+normalisation, so we report this reading as measured: the "flatter" half of Fig. 3 does not reproduce here.""",
+    """Dynamic regularisation helps, as in the paper: FedAvg struggles on the pathological split in one seed. The two
+SAM steps change accuracy by less than the seed-to-seed spread. Digits is nearly solved at 96%, which leaves little
+room for the paper's +2.5 and +1.45 points.""",
+    """FedLESAM's drift starts lowest but ends highest, and its mean is below FedSAM's, FedGAMMA's and FedSMOO's by
+only a few hundredths; "much smaller" is not what we see. FedSAM is flatter than FedAvg here, which is also against
+the paper.""",
+    "FedLESAM-S beats FedAvg by 1.3-1.7 points for every $\\rho \\le \\eta_l$ and collapses above it.",
+]
+ALLOWED = """# FedSMOO: global consistency and a smooth landscape, put to the test
+On CIFAR-10 with ResNet-18-GN (10% of 100 clients) FedSMOO's final model is flatter than FedSAM's (Sec. 5.2,
+Table 2). FedSMOO's Table 2 reports $\\lambda_{\\max}$ = 177.18 for FedSAM and 107.44 for FedSMOO, a ratio of 0.61.
+Table 2 reports that $\\alpha = 5$-$10$ beats FedAvg (0.465 → 0.522 on CIFAR-10 at $\\alpha = 10$). The paper
+claims "at least 2%" for $\\beta > 0$. The paper's gains are +3.55, +2.50 and +1.45 points (App. B.7, Table 8).
+Verdicts use one rule: a paired 95% t interval over the seeds; "not converged" where a run's accuracy still moves.
+*reproduced* when the interval excludes 0; **violated**: the assumptions hold and the measurement disagrees.
+If FedSMOO also fits the training data more tightly, its Hessian is smaller whatever the geometry.
+Which algorithm reached the lowest training loss, and is it also the flattest?
+The last cell checks that every probed model reached at least 85% test accuracy; `print(f"{gain:.1f} points")`.
+"""
+
+
+def test_stale_prose_is_caught_and_the_papers_words_are_not():
+    for md in STALE_FEDSMOO:
+        assert stale_prose(md), md
+    assert len(stale_prose(STALE_FEDSMOO[0])) == 3 and len(stale_prose(STALE_FEDSMOO[1])) == 3
+    assert stale_prose(ALLOWED) == []
+    assert stale_prose("FedSMOO is 37-72% below FedSAM.") and not stale_prose("FedSMOO is below FedSAM (Table 2).")
+    assert stale_prose("The dispersion falls with a slope of about 1.6 rather than 2.")
+    assert stale_prose("FedAvg oscillates most of all here.") and stale_prose("We see no rise.")
+
+
+def _markdown_cells(path: Path) -> list[tuple[int, str]]:
+    nb = json.loads(path.read_text())
+    return [(i, "".join(c["source"])) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_notebook_markdown_states_no_measured_result(path):
+    bad = [f"cell {i}: {s}" for i, md in _markdown_cells(path) for s in stale_prose(md)]
+    assert not bad, (f"{path.name}: Markdown that states a measured result (it goes stale with the next run or tier; "
+                     "generate it from the data, e.g. common.reading, or cite the paper's place):\n" + "\n".join(bad))
+
+
+def test_readme_gallery_rows_describe_what_each_figure_shows():
+    """The text of a gallery row before its (checked) counts says what the figure shows, never how it came out."""
+    rows = [m for m in map(GALLERY_ROW.match, (ROOT / "README.md").read_text().splitlines()) if m]
+    texts = {m["name"]: m.group(0).split("`: ", 1)[-1].rsplit(" — ", 1)[0] for m in rows}
+    bad = [f"{n}: {s}" for n, t in texts.items() for s in stale_prose(t)]
+    assert len(texts) >= 15 and not bad, "README gallery rows that state a result:\n" + "\n".join(bad)
+    for old in ("FedALS Table 2 — accuracy against alpha: on digits FedAvg (alpha = 1) is ahead of alpha = 10 by 6 "
+                "points",
+                "FedCM Table 3 — test accuracy against alpha: on digits after 30 rounds accuracy rises with alpha and "
+                "alpha = 1 (FedAvg) is best", "FedALS Fig. 1 — consensus distance of FedAvg: the head drifts most"):
+        assert stale_prose(old), old                                           # rows it had (issue 22)
+
+
+def test_reading_is_written_from_the_table():
+    """common.reading, the generated reading under each notebook table: every row under its own verdict, the counts,
+    the meaning of "not converged" only where a row has it, and the data's caveat; a changed table changes it."""
+    from paper_figures import common
+    from paper_figures import verdict as V
+
+    def r(label, verdict, n=3, note=""):
+        return {"row": label, "verdict": verdict, "n_seeds": n, "interval": [0.0, 1.0], "note": note}
+    table = [r("A below B, Dir-0.6", V.REPRODUCED), r("A below B, Dir-0.1", V.NOT_CONVERGED, note="1 of 6 runs"),
+             r("A flatter than B", V.OPPOSITE), r("A at matched loss", V.REPRODUCED)]
+    data = {"table": table, "caveat": "Final train loss A 0.02, B 0.18: ..."}
+    text = common.reading(data)
+    assert V.summary(table) in text and "Caveat: Final train loss A 0.02, B 0.18" in text
+    listed = {ln[2:].split(" (")[0]: ln for ln in text.splitlines() if ln.startswith("- ")}
+    assert set(listed) == {V.REPRODUCED, V.NOT_CONVERGED, V.OPPOSITE}
+    for row in table:
+        assert row["row"] in listed[row["verdict"]] and sum(row["row"] in ln for ln in listed.values()) == 1
+    assert "(1 of 6 runs)" in listed[V.NOT_CONVERGED] and '"not converged": a run' in text
+    assert "With 3 seeds (fewer than 5)" in text and "**" not in text      # no bold: verdict tables are the bold cells
+    table[2]["verdict"] = V.REPRODUCED                                       # the table changes: so does its reading
+    again = common.reading({"table": table})
+    assert again != text and "opposite" not in again and "Caveat" not in again
+    same = common.reading({"table": [r("x", V.REPRODUCED, n=5), r("y", V.REPRODUCED, n=5)]})
+    assert same == "*Reading of this table* (2 reproduced of 2 comparisons; every row the same verdict)."
