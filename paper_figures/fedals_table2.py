@@ -103,7 +103,7 @@ def plot(res: dict):
                  title="accuracy vs alpha")
     ax[0, 0].legend(fontsize=7, loc="center left")                # between the two curves
     ours = [res["comm_per_client"][str(x)] / res["comm_per_client"]["1"] for x in a]
-    ax[0, 1].plot(a, ours, "o-", label=f"QUICK {res['config']['model']} / its FedAvg")
+    ax[0, 1].plot(a, ours, "o-", label=f"measured: {res['config']['model']} on {res['config']['dataset']} / its FedAvg")
     ax[0, 1].plot(pa, [res["paper"][str(x)][2] / res["paper"]["1"][2] for x in pa], "s--", color="0.5",
                   label="paper's column / FedAvg's")
     ax[0, 1].set(xscale="log", yscale="log", xlabel="alpha", ylabel="parameters sent / FedAvg's",
