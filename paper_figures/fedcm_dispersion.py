@@ -80,7 +80,7 @@ def compute(seeds=3, tier="quick"):
             "slopes": slopes, "smallest_pair_slope": small, "table": table, **C.finish(table),
             "test_acc": C.mean_std([r["test_acc"] for r in runs])}
 
-    fig, ax = C.plots.figure(w=7.0, h=4.6)
+    fig, ax = C.plots.figure(w=9.5, h=4.6)
     a = ax[0, 0]
     for j, (case, ls) in enumerate(zip(CASES, ("o-", "s:"))):
         for i, r in enumerate(ratio[case]):
@@ -90,7 +90,7 @@ def compute(seeds=3, tier="quick"):
     a.plot(g, g ** 2, "k:", lw=1, label="alpha^2")
     a.set(xscale="log", yscale="log", xlabel="alpha (one round, same state and minibatches)",
           ylabel="dispersion / dispersion at alpha = 1")
-    a.legend(fontsize=7, loc="lower right")                 # the data run along the diagonal
+    a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the axes: the data fill them
     acc = data["test_acc"][0]
     fig.suptitle(f"FedCM dispersion vs alpha, from the trained alpha = 0.1 models (test acc {acc:.2f})",
                  fontsize=9)

@@ -94,7 +94,7 @@ def compute(seeds=3, tier="quick"):
     ms = np.array([C.mean_std(100 * acc[a]) for a in ALPHAS])
     ax[0, 0].errorbar(ALPHAS, ms[:, 0], ms[:, 1], marker="o", capsize=3, color="k")
     ax[0, 0].set(xscale="log", xlabel="alpha", ylabel="test accuracy (%)",
-                 title=f"measured (digits), {len(seeds)} seeds")
+                 title=f"measured ({C.TIERS[C.tier_of(tier)]['dataset']}), {len(seeds)} seeds")
     ax[0, 1].plot(ALPHAS, [PAPER[a] for a in ALPHAS], "D--", color="C1")
     ax[0, 1].set(xscale="log", xlabel="alpha", ylabel="test accuracy (%)", title="paper (CIFAR-10, Table 3)")
     for a, i in zip((0.01, 0.1, 1.0), (0, 2, 4)):
@@ -104,7 +104,7 @@ def compute(seeds=3, tier="quick"):
     ax[0, 2].set(xlabel="round", ylabel="test accuracy (%)", title=f"curves, seed {seeds[0]} (Fig. 1)",
                  ylim=(max(0, 100 * min(r['test_acc'] for r in res[0.01][0]['rows'][3:]) - 2), 100))
     ax[0, 2].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"FedCM Table 3 at small scale: {setting}", fontsize=9)
+    fig.suptitle(f"FedCM Table 3, {C.tier_of(tier)} tier: {setting}", fontsize=9)
     fig.tight_layout()
     C.annotate_verdict(fig, f"{data['summary']} over {len(seeds)} seeds (95% t intervals)\n" + "; ".join(
         f"{t['row']}: {t['verdict']}" for t in table))
