@@ -1,10 +1,13 @@
 """FedInit theory checks (Alg. 1, Thms 1, 6, 9, 12, 15, 17, 19, Remark 14, Tables 4, 6): closed forms to 1e-10
 and their verdicts."""
 
+import math
+
+import pytest
 import torch
 
 from fedlab_analysis.theory import fedinit
-from fedlab_analysis.theory.claims import HOLDS, OUTSIDE, VIOLATED
+from fedlab_analysis.theory.claims import FINDING, HOLDS, OUTSIDE, VACUOUS, VIOLATED
 from fedlab_analysis.theory.toys import make_quadratics
 
 
@@ -80,6 +83,7 @@ def test_stability_worsens_with_beta_under_algorithm_1():
     bound, remark14, thm15 = fedinit.check_stability(T=40, pairs=6, C=10, S=20, d=5)
     assert bound.verdict == HOLDS                                          # beta = 0: inside Thm 12
     assert remark14.verdict == OUTSIDE and thm15.verdict == OUTSIDE          # fixed beta > 0: neither applies
+    assert remark14.kind == thm15.kind == bound.kind == VACUOUS               # no power at any feasible size
     assert remark14.regime.startswith("outside")                              # phi(t) = (1 + c/t)^K, c = 0.2, K = 10:
     assert "beta = 0.1 it holds only in the first 3 rounds" in remark14.regime    # 0.36 >= 0.2 > 0.17 (t = 3, 4)
     assert "beta = 0.05 it holds only in the first 5 rounds" in remark14.regime   # 0.100 >= 0.1 at t = 5
@@ -117,7 +121,7 @@ def test_thm6_thm9_hold_in_regime_and_constants_are_exact():
 
 
 def test_thm1_thm17_evaluated_at_lambda_half_with_exact_noise_constants():
-    thm1, thm17 = fedinit.check_thm1_thm17(T=40, R=4)
+    thm1, thm17, _ = fedinit.check_thm1_thm17(T=40, R=4)
     assert thm1.verdict == HOLDS and thm17.verdict == HOLDS
     d = thm1.details
     prob = fedinit.make_quadratics(20, 5, shared=True, L=1.0, mu=0.1, seed=0)
@@ -139,3 +143,62 @@ def test_tables_bookkeeping_and_ri_never_hurts():
     t6 = {m: (p, tuple(x + 1 for x in ri)) for m, (p, ri) in fedinit.TABLE6.items()}     # the checks have teeth
     same2, hurts2 = fedinit.check_tables(t6=t6)
     assert same2.verdict == VIOLATED and same2.value == 4 and hurts2.verdict == HOLDS
+
+
+def test_thm4_from_the_proofs_explicit_constants():
+    """Theorem 4 with its O(1/T + eta^2) written out (App. A.2.3: the Delta-telescope times Lemma 23's bound),
+    recomputed here from the row's constants; judged at the lambda where the RHS is smallest."""
+    *_, thm4 = fedinit.check_thm1_thm17(T=60, R=4)
+    d = thm4.details
+    assert thm4.id == "thm4-value" and thm4.kind == FINDING and thm4.verdict == HOLDS and thm4.slack >= 1
+
+    def rhs(la):
+        eta, K, T, N, L, b, kb, mu = d["eta"], d["K"], d["T"], d["N"], d["L"], d["beta"], d["kappa_beta"], d["mu_PL"]
+        r11 = 804 * d["C_beta"] * eta * K * d["D"] / (la * T) + eta ** 2 * d["C_beta"] * (
+            132 + 804 * d["kappa"] / (la * N)) * K * d["sigma"]
+        return (math.exp(-la * mu * eta * K * T) * d["D"] + eta * d["kappa"] * L * d["sigma"] / (la * mu * N)
+                + 13 * b ** 2 * kb * la * mu * eta * K * T * L / N * r11)
+    assert abs(rhs(d["lambda_min"]) - d["rhs"]) <= 1e-12 * d["rhs"]
+    assert all(rhs(la) >= d["rhs"] * (1 - 1e-12) for la in (0.01, 0.1, 0.25, 0.5))
+    assert fedinit.check_thm1_thm17(T=60, R=4, local_sign=-1.0)[2].verdict == VIOLATED     # two-sided
+
+
+def test_violated_rows_can_come_out_holds():
+    """The rows violated on the toy are not stuck: a named change that makes the claim true makes them hold."""
+    assert fedinit.check_excess_risk_split(datasets=20, ri_from="flipped")[1].verdict == HOLDS   # E_G falls
+    hurts = fedinit.check_tables(t6={m: v for m, v in fedinit.TABLE6.items() if m not in ("FedDyn", "FedCM")})[1]
+    assert hurts.verdict == HOLDS                                      # the paper's own exceptions removed
+    assert fedinit.check_thm1_ri_term(T=40, beta=0.084).verdict == HOLDS   # kappa_beta ~ 200 at the regime's edge
+
+
+def test_batched_runs_equal_separate_runs():
+    """The vectorised designs (N axis, eta axis, both aggregations, sigma_l without per-sample tables) give the
+    numbers of the separate runs they replace."""
+    kw = dict(T=15, pairs=8, groups=2, Ss=(20, 40), S_N=40, N_S=4)
+    a = fedinit.check_stability_CS_N(Ns=(2, 4, 8), **kw)[1].details["eps_N"]
+    b = fedinit.check_stability_CS_N(Ns=(8, 4, 2), **kw)[1].details["eps_N"]
+    assert a == b[::-1]
+    q = fedinit.make_quadratics(6, 3, shared=False, seed=1)
+    one = {agg: fedinit.simulate(q, beta=0.3, K=3, eta=0.1, T=5, N=3, agg=agg, seed=2)["w"]
+           for agg in ("final_avg", "delta_from_init")}
+    both = fedinit.simulate(q, beta=0.3, K=3, eta=0.1, T=5, N=3, batch=(2,), rshape=(1,), seed=2,
+                            agg=torch.tensor([0.0, 1.0], dtype=torch.float64))["w"]
+    assert float((both[:, 0] - one["final_avg"][:, 0]).abs().max()) < 1e-12
+    assert float((both[:, 1] - one["delta_from_init"][:, 0]).abs().max()) < 1e-12
+    assert float((one["final_avg"] - one["delta_from_init"]).abs().max()) > 1e-6        # N < C: they differ
+    eta2, _ = fedinit.check_floors(T=30, R=2, etas=(0.0025, 0.005, 0.01), Ks=(5, 10, 20))
+    iid = fedinit.make_quadratics(10, 5, shared=True, L=1.0, mu=0.1, spread=0.0, seed=0)
+    sep = fedinit.simulate(iid, beta=0.1, K=10, eta=0.01, T=30, batch=(2,), sigma=0.5, w0=iid.x_star)
+    assert abs(float(sep["Delta"][15:].mean()) - eta2.details["noise_eta"][2]) < 1e-12
+    X, y = torch.randn(3, 4, 7, 5, dtype=torch.float64), torch.randn(3, 4, 7, dtype=torch.float64)
+    traj = torch.randn(6, 3, 5, dtype=torch.float64)
+    g = X * ((X * traj[:, :, None, None]).sum(-1) - y).unsqueeze(-1)
+    direct = float((g - g.mean(-2, keepdim=True)).pow(2).sum(-1).mean(-1).sqrt().max())
+    assert abs(fedinit._sigma_l(X, y, traj) - direct) < 1e-12 * direct
+
+
+@pytest.mark.slow
+def test_every_finding_declares_a_perturbation():
+    rows = fedinit.run(quick=True, seed=0)
+    missing = [c.id for c in rows if c.kind in (FINDING, VACUOUS) and c.id not in fedinit.PERTURBATIONS]
+    assert not missing, missing

@@ -36,15 +36,18 @@ BETA_GAMMA = 1 / math.sqrt(39)       # gamma_beta = 1/(1 - 39 beta^2) > 0 (Thms 
 
 
 def simulate(prob, *, beta, K: int = 10, eta=0.1, T: int = 100, N: int | None = None, batch: tuple = (1,),
-             rshape: tuple | None = None, sigma: float = 0.0, mb: int | None = None, agg: str = "final_avg",
+             rshape: tuple | None = None, sigma: float = 0.0, mb: int | None = None, agg="final_avg",
              decay=None, w0: torch.Tensor | None = None, seed: int = 0) -> dict:
     """Algorithm 1 for runs of shape ``batch``; ``beta`` broadcasts to ``batch``. Randomness (participation,
     minibatches, noise) is drawn with shape ``rshape`` (default ``batch``) and broadcast, so runs that differ
     only in their data (stability pairs) or in beta share every draw. ``mb``: minibatch size on a
-    LeastSquares problem (None = full batch); ``sigma``: additive gradient noise; ``decay(t)``: lr factor."""
+    LeastSquares problem (None = full batch); ``sigma``: additive gradient noise; ``decay(t)``: lr factor.
+    ``agg``: "final_avg", "delta_from_init", or a tensor broadcastable to ``batch`` (per run: 0 = the first,
+    1 = the second); ``eta`` and ``N`` may be tensors broadcastable to [*batch, 1, 1] and ``rshape``."""
     C, d = prob.n, prob.d
     gen = torch.Generator().manual_seed(seed)
     rshape = batch if rshape is None else rshape
+    dshape = None if mb is None else torch.broadcast_shapes(rshape, prob.X.shape[:-3])   # draws x data sets
     beta = torch.as_tensor(beta, dtype=DT).expand(batch).unsqueeze(-1).unsqueeze(-1)     # [*batch, 1, 1]
     w = (prob.x_star + 1.0 if w0 is None else torch.as_tensor(w0, dtype=DT)).expand(*batch, d).clone()
     last = w.unsqueeze(-2).expand(*batch, C, d).clone()            # line 1: w^{-1}_{i,K} = w^0
@@ -59,12 +62,14 @@ def simulate(prob, *, beta, K: int = 10, eta=0.1, T: int = 100, N: int | None = 
             if mb is None:
                 g = prob.grad(y)
             else:
-                idx = torch.randint(0, prob.m, (*rshape, C, mb), generator=gen).expand(*batch, C, mb)
-                g = prob.grad(y, idx)
+                idx = torch.randint(0, prob.m, (*rshape, C, mb), generator=gen)      # gathered once per data set
+                g = prob.grad(y, idx.expand(*dshape, C, mb))
             if sigma:
                 g = g + sigma * torch.randn(*rshape, C, d, generator=gen, dtype=DT)
             y = y - et * g
-        if agg == "final_avg":
+        if isinstance(agg, torch.Tensor):                            # per run: 0 = line 16, 1 = the code's
+            w = (m * y).sum(-2) / n_sel + agg.unsqueeze(-1) * (w - (m * x0).sum(-2) / n_sel)
+        elif agg == "final_avg":
             w = (m * y).sum(-2) / n_sel                              # line 16
         else:
             w = w + (m * (y - x0)).sum(-2) / n_sel                   # authors' code
@@ -138,19 +143,20 @@ def check_null_test(C=10, d=5, K=5, eta=0.1, T=12, betas=(-0.3, 0.6), seed=0) ->
                    "distinct_hessian_diff": out[False], "implementation": ENGINE}, kind=SANITY)
 
 
-def check_oscillation(C=10, d=5, K=10, eta=0.1, T=6, betas=(0.0, 0.3, 0.6), seed=0) -> Claim:
+def check_oscillation(C=10, d=5, K=10, eta=0.1, T=6, betas=(0.0, 0.3, 0.6), seed=0, ri_sign: float = 1.0) -> Claim:
     """Fig. 2 (text): with RI the divergence's early transient oscillates. Shared Hessian, full participation,
     GD on the trainer's FedInit: the residuals e_i^t = w^t_{i,K} - w^t deviate from their limit by
     u^t with u^{t+1} = -beta M u^t (M = (I - eta A)^K, derived from Alg. 1), so for beta > 0 consecutive
     deviations point in opposite directions (cos < 0) and shrink by at most beta ||M||; at beta = 0 the
-    residuals reach their limit after one round (no transient)."""
+    residuals reach their limit after one round (no transient). ``ri_sign = -1`` (a perturbation): the
+    trainer runs with the RI offset sign-flipped (start at w + beta (w_{i,K} - w)) while the recursion keeps beta."""
     prob = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
     M, I = _M(prob, eta, K)[0], torch.eye(d, dtype=DT)
     w0 = prob.x_star + 1.0
     res, err = {}, 0.0
     for b in betas:
         e_inf = _mv(torch.linalg.solve(I + b * M, I - M), prob.b - prob.b.mean(0))
-        tr = engine_round(prob, w0, w0, b, K, eta, T)
+        tr = engine_round(prob, w0, w0, ri_sign * b, K, eta, T)
         u = (tr["last"] - tr["w"].unsqueeze(1))[1:] - e_inf                 # [T, C, d], rounds 1..T
         scale = float((prob.b - prob.b.mean(0)).abs().max())
         err = max(err, float((u[1:] + b * _mv(M, u[:-1])).abs().max()) / scale)
@@ -169,11 +175,14 @@ def check_oscillation(C=10, d=5, K=10, eta=0.1, T=6, betas=(0.0, 0.3, 0.6), seed
 
 
 def check_delta_inf(C=10, d=5, K=10, eta=0.1, T=250, betas=(-0.3, 0.0, 0.1, 0.3, 0.6, 0.9), seed=0,
-                    out_dir=None) -> list[Claim]:
+                    out_dir=None, ri_sign: float = 1.0) -> list[Claim]:
     """M1: simulated Delta^T matches the closed form Delta_inf(beta) (beta < 1/||M||), which decreases on
-    [0, 1): RI lowers the divergence, negative beta raises it (Fig. 2, s7.1)."""
+    [0, 1): RI lowers the divergence, negative beta raises it (Fig. 2, s7.1). The direction is judged on both
+    the closed form and the simulation. ``ri_sign = -1`` (a perturbation): the simulation runs the RI offset
+    sign-flipped."""
     prob = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
-    r = simulate(prob, beta=torch.tensor(betas, dtype=DT), K=K, eta=eta, T=T, batch=(len(betas),), seed=seed)
+    r = simulate(prob, beta=ri_sign * torch.tensor(betas, dtype=DT), K=K, eta=eta, T=T, batch=(len(betas),),
+                 seed=seed)
     sim = r["Delta"][-1].numpy()
     closed = np.array([delta_inf(prob, b, eta, K) for b in betas])
     err = float(np.abs(sim - closed).max() / closed.max())
@@ -193,14 +202,17 @@ def check_delta_inf(C=10, d=5, K=10, eta=0.1, T=250, betas=(-0.3, 0.0, 0.1, 0.3,
                    identity(err), err, det),
             _claim("M1-divergence-beta", "beta > 0 lowers the divergence Delta, beta < 0 raises it",
                    "Fig. 2, s7.1", "Delta_inf decreasing on [0,1); above beta=0 for beta<0",
-                   "Delta_inf " + ", ".join(f"{b:g}:{v:.3g}" for b, v in zip(betas, closed)),
+                   "Delta_inf " + ", ".join(f"{b:g}:{v:.3g}" for b, v in zip(betas, closed))
+                   + "; simulated " + ", ".join(f"{b:g}:{v:.3g}" for b, v in zip(betas, sim)),
                    HOLDS if dec and up else VIOLATED, closed[-1] / closed[i0], det, fig)]
 
 
 def check_fixed_point_bias(C=10, d=5, K=10, eta=0.05, betas=(-0.3, 0.0, 0.1, 0.3, 0.5, 0.9), seed=0,
-                           out_dir=None) -> list[Claim]:
+                           out_dir=None, ri_sign: float = 1.0) -> list[Claim]:
     """M3: distinct Hessians, full participation, GD. The closed-form fixed point is stationary under one
-    round, and FedAvg's fixed-point bias ||w_inf - w*|| shrinks as beta grows (RI re-weights clients)."""
+    round, and FedAvg's fixed-point bias ||w_inf - w*|| shrinks as beta grows (RI re-weights clients).
+    ``ri_sign = -1`` (a perturbation): the algorithm run has its RI offset sign-flipped: the trainer's round
+    starts from the closed form for beta, and the bias is that of the flipped algorithm's fixed point."""
     prob = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, seed=seed)
     ws = fixed_point(prob, torch.tensor(betas, dtype=DT), eta, K)                 # [nb, d]
     M, I = _M(prob, eta, K), torch.eye(d, dtype=DT)
@@ -208,9 +220,10 @@ def check_fixed_point_bias(C=10, d=5, K=10, eta=0.05, betas=(-0.3, 0.0, 0.1, 0.3
     e = _mv(torch.linalg.solve(I + bt * M, I - M), prob.b - ws.unsqueeze(-2))   # residuals at the fixed point
     err = 0.0                                       # one round of the trainer's FedInit from each fixed point
     for b, w, last in zip(betas, ws, ws.unsqueeze(-2) + e):
-        r = engine_round(prob, w, last, b, K, eta)
+        r = engine_round(prob, w, last, ri_sign * b, K, eta)
         err = max(err, float((r["w"][-1] - w).abs().max() + (r["last"][-1] - last).abs().max()))
-    bias = (ws - prob.x_star).norm(dim=-1).numpy()
+    bias = ((ws if ri_sign == 1.0 else fixed_point(prob, ri_sign * torch.tensor(betas, dtype=DT), eta, K))
+            - prob.x_star).norm(dim=-1).numpy()
     i0 = betas.index(0.0)
     dec = bool(np.all(np.diff(bias[i0:]) < 0))
     fig = save_figure(out_dir, f"{PAPER}_fixed_point_bias.png", {"||w_inf - w*||": (betas, bias)},
@@ -255,11 +268,12 @@ def radius(J0, J1, beta: float) -> float:
     return float(torch.linalg.eigvals(J0 + beta * J1).abs().max())
 
 
-def check_beta_threshold(C=10, d=5, K=10, eta=0.05, seed=0) -> Claim:
+def check_beta_threshold(C=10, d=5, K=10, eta=0.05, seed=0, local_sign: float = 1.0) -> Claim:
     """Fig. 1(b) / s7.3: FedInit is stable for small beta and diverges above a threshold. Exact: the spectral
-    radius of the linear round map (full participation, GD, distinct Hessians), threshold by bisection."""
+    radius of the linear round map (full participation, GD, distinct Hessians), threshold by bisection.
+    ``local_sign = -1`` (a perturbation) flips the sign of the local step."""
     prob = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, seed=seed)
-    J0, J1 = round_map_jacobians(prob, K, eta)
+    J0, J1 = round_map_jacobians(prob, K, local_sign * eta)
     lo, hi = 0.0, 4.0
     if radius(J0, J1, hi) < 1:
         return _claim("beta-threshold", "training diverges above a beta threshold", "Fig. 1(b)",
@@ -284,18 +298,26 @@ def check_beta_threshold(C=10, d=5, K=10, eta=0.05, seed=0) -> Claim:
 # divergence floors and the interpolation rate
 # ---------------------------------------------------------------------------------------------------
 def check_floors(C=10, d=5, K=10, etas=(0.0025, 0.005, 0.01, 0.02), Ks=(5, 10, 20, 40), beta=0.1, sigma=0.5,
-                 T=150, R=8, seed=0, out_dir=None) -> list[Claim]:
+                 T=100, R=16, seed=0, out_dir=None, lr_rule=None) -> list[Claim]:
     """Remark 18 / s7.11: with a constant lr Delta plateaus; the plateau ~ eta^2, and ~ K^2 when client
-    heterogeneity dominates (closed form, GD) but ~ K when gradient noise dominates (iid clients + SGD)."""
+    heterogeneity dominates (closed form, GD) but ~ K when gradient noise dominates (iid clients + SGD).
+    The noise plateau is the mean of Delta over the last T/2 rounds and R runs; the etas run as one batch at
+    K = Ks[1] with the same noise draws. ``lr_rule(eta, K)`` (a perturbation: a broken local lr) replaces
+    the local lr eta of the noise runs."""
     het = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
     iid = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, spread=0.0, seed=seed)
-    eta0 = etas[1]
-    h_eta = [delta_inf(het, beta, e, Ks[1]) for e in etas]
+    eta0, K0 = etas[1], Ks[1]
+    lr = lr_rule or (lambda e, k: e)
+    h_eta = [delta_inf(het, beta, e, K0) for e in etas]
     h_K = [delta_inf(het, beta, eta0, k) for k in Ks]
-    noise = lambda e, k: float(simulate(iid, beta=beta, K=k, eta=e, T=T, batch=(R,), sigma=sigma,
-                                        seed=seed, w0=iid.x_star)["Delta"][T // 2:].mean())
-    n_eta = [noise(e, Ks[1]) for e in etas]
-    n_K = [noise(eta0, k) for k in Ks]
+
+    def noise(es, k):                                             # plateau per eta in es, [len(es)]
+        e = torch.tensor([lr(x, k) for x in es], dtype=DT).reshape(-1, 1, 1, 1)
+        D = simulate(iid, beta=beta, K=k, eta=e, T=T, batch=(len(es), R), rshape=(1, R), sigma=sigma,
+                     seed=seed, w0=iid.x_star)["Delta"][T // 2:]
+        return D.mean((0, 2)).tolist()
+    n_eta = noise(etas, K0)
+    n_K = [n_eta[1] if k == K0 else noise((eta0,), k)[0] for k in Ks]
     s = {"het_eta": loglog_slope(etas, h_eta), "noise_eta": loglog_slope(etas, n_eta),
          "het_K": loglog_slope(Ks, h_K), "noise_K": loglog_slope(Ks, n_K)}
     fig = save_figure(out_dir, f"{PAPER}_floors.png", {"het vs eta (K=10)": (etas, h_eta),
@@ -357,18 +379,30 @@ def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200
 # ---------------------------------------------------------------------------------------------------
 # generalisation: uniform stability and the E_O / E_G split
 # ---------------------------------------------------------------------------------------------------
-def _stability_problem(C, S, d, pairs, seed):
-    """Neighbouring datasets (uniform stability, Sec. 4.2): pair p replaces sample j* of client i* by a fresh draw.
+def _stability_problem(C, S, d, pairs, seed, n_diff: int = 1):
+    """Neighbouring datasets (uniform stability, Sec. 4.2): pair p replaces sample j* of client i* by a fresh draw
+    (``n_diff`` > 1, a broken assumption: samples j*, ..., j* + n_diff - 1 of client i*).
     Returns LeastSquares with X [2, 1, P, C, S, d] (0 = original, 1 = neighbour; 1 = the beta axis)."""
     task = make_task(C, d, het=1.0, noise=0.5, seed=seed)
     rng = np.random.default_rng([seed, 7])
     X, y = task.sample(S, rng, (pairs,))
     Xn, yn = X.clone(), y.clone()
-    Xf, yf = task.sample(1, rng, (pairs,))
+    Xf, yf = task.sample(n_diff, rng, (pairs,))
     i_star, j_star = rng.integers(0, C, pairs), rng.integers(0, S, pairs)
     for p in range(pairs):
-        Xn[p, i_star[p], j_star[p]], yn[p, i_star[p], j_star[p]] = Xf[p, i_star[p], 0], yf[p, i_star[p], 0]
+        j = (j_star[p] + np.arange(n_diff)) % S
+        Xn[p, i_star[p], j], yn[p, i_star[p], j] = Xf[p, i_star[p]], yf[p, i_star[p]]
     return LeastSquares(torch.stack([X, Xn]).unsqueeze(1), torch.stack([y, yn]).unsqueeze(1), 0.0, task), task
+
+
+def _sigma_l(X0: torch.Tensor, y0: torch.Tensor, traj: torch.Tensor) -> float:
+    """sup over the run's points (and pairs, clients) of sqrt(mean_j ||g_j - mean_j g_j||^2), the per-sample
+    gradients g_j = x_j r_j, r_j = x_j.w - y_j of one client: mean_j ||x_j||^2 r_j^2 - ||mean_j x_j r_j||^2,
+    without forming g [T+1, P, C, S, d]. X0 [P, C, S, d], y0 [P, C, S], traj [T+1, P, d]."""
+    res = torch.einsum("pcsd,tpd->tpcs", X0, traj) - y0                   # [T+1, P, C, S]
+    mean_g = torch.einsum("pcsd,tpcs->tpcd", X0, res) / X0.shape[-2]
+    var = (X0.pow(2).sum(-1) * res.pow(2)).mean(-1) - mean_g.pow(2).sum(-1)
+    return float(var.clamp_min(0).sqrt().max())
 
 
 def _probe(task, d, seed):
@@ -378,32 +412,35 @@ def _probe(task, d, seed):
     return Xp, yp, lambda v: 0.5 * ((v @ Xp.T) - yp).pow(2)
 
 
-def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0.1), N=4, c=0.2, seed=0,
-                    out_dir=None) -> list[Claim]:
+def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=24, betas=(0.0, 0.05, 0.1), N=4, c=0.2, seed=0,
+                    out_dir=None, diff_frac: float | None = None) -> list[Claim]:
     """M4: coupled runs on neighbouring data sets (same participation and minibatch draws for every pair and
     beta), SGD with batch 1 and eta_t = c/(L t) as Theorem 12 assumes, N of C clients per round. Measures
     eps = mean over pairs of sup_z |f(w^T;z) - f(w~^T;z)| on a probe pool, per beta, for Algorithm 1's
     aggregation (judged) and the code's (reported). Remark 14 says eps falls with beta; Theorem 15's
     exp(2 sum beta) and the proof's (1 + 2beta) step say it rises. Theorem 12's (8) is evaluated at
-    betas[0]."""
-    prob, task = _stability_problem(C, S, d, pairs, seed)
+    betas[0]. The three rows have no power at feasible sizes (kind "vacuous at this scale"): (8) is 10^2-10^3
+    times loose, and a constant beta > 0 breaks the balancing step of Remark 14 after a few rounds and
+    Theorem 15's assumptions at every size. ``diff_frac`` (a perturbation, a broken assumption): the
+    neighbouring data sets differ in that fraction of client i*'s samples instead of one."""
+    n_diff = 1 if diff_frac is None else max(1, math.ceil(diff_frac * S))
+    prob, task = _stability_problem(C, S, d, pairs, seed, n_diff)
     nb, L = len(betas), prob.L_sample
     bt = torch.tensor(betas, dtype=DT).reshape(1, nb, 1)
     Xp, yp, loss = _probe(task, d, seed)
-    runs = {agg: simulate(prob, beta=bt, K=K, eta=c / L, T=T, N=N, batch=(2, nb, pairs), rshape=(1, pairs),
-                          mb=1, decay=lambda t: 1.0 / (t + 1), seed=seed, w0=torch.zeros(d, dtype=DT),
-                          agg=agg)
-            for agg in ("final_avg", "delta_from_init")}
-    eps = {agg: (loss(r["w"][-1, 0]) - loss(r["w"][-1, 1])).abs().max(-1).values.mean(-1).numpy()
-           for agg, r in runs.items()}
-    r, e = runs["final_avg"], eps["final_avg"]
+    # both aggregations in one batch: runs [0, nb) are Algorithm 1's, [nb, 2 nb) the code's, same draws
+    aggs = torch.tensor([0.0] * nb + [1.0] * nb, dtype=DT).reshape(1, -1, 1)
+    both = simulate(prob, beta=bt.repeat(1, 2, 1), K=K, eta=c / L, T=T, N=N, batch=(2, 2 * nb, pairs),
+                    rshape=(1, pairs), mb=1, decay=lambda t: 1.0 / (t + 1), seed=seed,
+                    w0=torch.zeros(d, dtype=DT), agg=aggs)
+    e2 = (loss(both["w"][-1, 0]) - loss(both["w"][-1, 1])).abs().max(-1).values.mean(-1).numpy()
+    eps = {"final_avg": e2[:nb], "delta_from_init": e2[nb:]}
+    r, e = {"w": both["w"][:, :, :nb]}, eps["final_avg"]
     # Theorem 12, eq. (8) before balancing, minimised over t0, constants sup'd along the run (original data)
     traj = r["w"][:, 0, 0]                                                # [T+1, P, d]
     U = float(loss(traj).max())
     LG = float(((traj @ Xp.T - yp).abs().unsqueeze(-1) * Xp.norm(dim=-1).unsqueeze(-1)).max())
-    X0, y0 = prob.X[0, 0], prob.y[0, 0]                                   # [P, C, S, d]
-    g = X0 * ((X0 * traj[:, :, None, None]).sum(-1) - y0).unsqueeze(-1)   # per-sample grads [T+1, P, C, S, d]
-    sl = float((g - g.mean(-2, keepdim=True)).pow(2).sum(-1).mean(-1).sqrt().max())
+    sl = _sigma_l(prob.X[0, 0], prob.y[0, 0], traj)
     cKL, b0, t0s = c * K, betas[0], np.arange(1, T + 1)
     rhs = N * U * K * t0s / (C * S) + 2 * sl * LG / ((1 + 2 * b0) * C * S * L) * (T / t0s) ** cKL
     rhs = float(np.min(rhs))
@@ -439,12 +476,15 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=12, betas=(0.0, 0.05, 0
             _claim("stab-beta-remark14", "a small positive beta improves stability by (1+2b)^(-1/(1+cKL))",
                    "Thm 12, Remark 14", "eps decreasing in beta",
                    f"Alg. 1: eps {show(e)} ({100 * rel:+.1f}%: {direction}); code agg: "
-                   f"{show(eps['delta_from_init'])}", OUTSIDE, rel, det, fig, regime=regime_text(r14, False)),
+                   f"{show(eps['delta_from_init'])} (vacuous at this scale: a constant beta > 0 is outside the "
+                   "regime at every T, so no perturbation can make it 'violated')", OUTSIDE, rel, det, fig,
+                   regime=regime_text(r14, False), kind=VACUOUS),
             _claim("stab-beta-thm15", "RI's exp(2 sum beta_t) factor: stability worsens with beta",
                    "Thm 15 / Eq. (9), (1+2beta) recursion", "eps increasing in beta",
                    f"Alg. 1 eps change {100 * rel:+.1f}% from beta={betas[0]} to {betas[-1]} ({direction}, as "
-                   "the factor predicts, but the theorem does not cover this toy)", OUTSIDE, rel, det,
-                   regime=regime_text(r15, False))]
+                   "the factor predicts, but the theorem does not cover this toy; vacuous at this scale: no "
+                   "perturbation can make it 'violated')", OUTSIDE, rel, det, regime=regime_text(r15, False),
+                   kind=VACUOUS)]
 
 
 def check_amplification(C=10, S=20, d=5, K=5, T=40, pairs=8, beta=0.3, c=0.2, seed=0) -> Claim:
@@ -495,14 +535,18 @@ def check_lemma27(C=20, S=40, N=4, K=10, B=1, t0s=(1, 2, 5, 10), sims=20000, see
 
 
 def check_excess_risk_split(C=10, m=20, d=5, K=10, eta=0.05, betas=(0.0, 0.1, 0.3), datasets=50,
-                            seed=0) -> list[Claim]:
+                            seed=0, ri_from: str = "client") -> list[Claim]:
     """Abstract / M7: 'the optimisation error is insensitive to beta; beta mainly moves generalisation', and
     RI improves generalisation. Full participation GD at the closed-form fixed point on least squares: exact
-    E_O = f(w) - f* and E_G = F(w) - f(w) per data set, averaged over ``datasets`` draws."""
+    E_O = f(w) - f* and E_G = F(w) - f(w) per data set, averaged over ``datasets`` draws.
+    ``ri_from`` (a perturbation): "global" takes the RI offset from the global model's last move,
+    w^t + beta (w^t - w^{t-1}) for every client (server heavy-ball), whose fixed point is FedAvg's for
+    every beta; "flipped" sign-flips the client offset (fixed point at -beta)."""
     task = make_task(C, d, het=1.0, noise=1.0, scale_spread=0.5, seed=seed)
     X, y = task.sample(m, np.random.default_rng([seed, 3]), (datasets,))
     prob = LeastSquares(X, y, 0.0, task)
-    ws = torch.stack([fixed_point(prob, b, eta, K)[0] for b in betas])      # [nb, datasets, d]
+    sign = {"client": 1.0, "global": 0.0, "flipped": -1.0}[ri_from]
+    ws = torch.stack([fixed_point(prob, sign * b, eta, K)[0] for b in betas])      # [nb, datasets, d]
     E_O = (prob.empirical_risk(ws) - prob.empirical_risk(prob.x_star)).mean(-1).numpy()
     E_G = (prob.population_risk(ws) - prob.empirical_risk(ws)).mean(-1).numpy()
     se_G = float((prob.population_risk(ws[-1]) - prob.empirical_risk(ws[-1])
@@ -521,11 +565,14 @@ def check_excess_risk_split(C=10, m=20, d=5, K=10, eta=0.05, betas=(0.0, 0.1, 0.
                    "dE_G < 0 (beyond 2 SE over data sets)", txt, gen_better, dG, det)]
 
 
-def check_thm1_ri_term(C=20, d=5, K=10, N=5, eta=0.015, beta=0.05, T=100, sigma=0.3, seed=0) -> Claim:
+def check_thm1_ri_term(C=20, d=5, K=10, N=5, eta=0.015, beta=0.05, T=100, sigma=0.3, seed=0,
+                       local_sign: float = 1.0) -> Claim:
     """Theorem 1's RI term -13 b^2 k_b L Delta^T/(lambda N eta K T) 'has the same magnitude as the D-term'
-    D/(lambda eta K T): their ratio 13 b^2 k_b L Delta^T/(N D) measured on a T2 run (regime beta < 0.084)."""
+    D/(lambda eta K T): their ratio 13 b^2 k_b L Delta^T/(N D) measured on a T2 run (regime beta < 0.084).
+    Two-sided: a ratio below 0.1 or above 10 is "violated". ``local_sign = -1`` (a perturbation) flips the
+    sign of the local step."""
     prob = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, seed=seed)
-    r = simulate(prob, beta=beta, K=K, eta=eta, T=T, N=N, sigma=sigma, seed=seed)
+    r = simulate(prob, beta=beta, K=K, eta=local_sign * eta, T=T, N=N, sigma=sigma, seed=seed)
     D = float(prob.f(r["w"][0, 0]) - prob.f_star)
     kb = 1 / (1 - 141 * beta ** 2) if abs(beta) < BETA_KAPPA else math.inf
     ratio = 13 * beta ** 2 * kb * prob.L * float(r["Delta"][-1, 0]) / (N * D)
@@ -547,26 +594,31 @@ def _grad_sq(prob, w: torch.Tensor) -> torch.Tensor:
     return (_mv(prob.A_bar, w) - prob.c.mean(-2)).pow(2).sum(-1)
 
 
-def _interp_problem(C, d, K, zeta_target, seed):
+def _interp_problem(C, d, K, zeta_target, seed, spread: float = 0.0):
     """The interpolation toy of Thm 19: distinct Hessians, one shared minimiser, GD (a = 1), b^2 exact;
-    eta set so that zeta = zeta_target at beta = 0."""
+    eta set so that zeta = zeta_target at beta = 0. ``spread`` > 0 (a broken assumption) moves client i's
+    minimiser to 1 + spread z_i, z_i ~ N(0, I): interpolation (A4, A6 with a shared optimum) fails."""
     base = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, spread=0.0, seed=seed)
-    prob = HeteroQuadratics(base.A, torch.ones(C, d, dtype=DT))
+    z = torch.randn(C, d, dtype=DT, generator=torch.Generator().manual_seed(seed + 11))
+    prob = HeteroQuadratics(base.A, 1.0 + spread * z)
     b2 = float(torch.linalg.matrix_norm(prob.A @ torch.linalg.inv(prob.A_bar), 2).max() ** 2)
     eta = (0.5 - zeta_target) / (12 * b2) / (K * prob.L)
     return prob, 1.0, b2, eta
 
 
-def check_thm6_thm9(C=10, d=5, K=5, N=5, beta=0.05, zeta_target=0.25, T=200, R=8, seed=0) -> list[Claim]:
+def check_thm6_thm9(C=10, d=5, K=5, N=5, beta=0.05, zeta_target=0.25, T=300, R=8, seed=0,
+                    spread: float = 0.0, local_sign: float = 1.0) -> list[Claim]:
     """Theorems 6 and 9 (A1, A4, A6; A2 for Thm 9) evaluated as a whole on the interpolation toy, N of C
     clients per round, expectations over R participation draws:
     (5) (1/T) sum_t E||grad f(w^t)||^2 <= D/(zeta eta K T) - 2 g_b beta^2 L Delta^T/(zeta eta K T);
     (6) E[f(w^T) - f*] <= exp(-zeta mu eta K T) D + R_b eta^2 K^2 L D, R_b = 228 mu g_b^2 beta^2 a^2 b^2,
-    with the paper's PL convention mu (f - f*) <= ||grad f||^2, i.e. mu = 2 lambda_min(A_bar)."""
-    prob, a2, b2, eta = _interp_problem(C, d, K, zeta_target, seed)
+    with the paper's PL convention mu (f - f*) <= ||grad f||^2, i.e. mu = 2 lambda_min(A_bar).
+    Perturbations: ``spread`` (broken interpolation, see _interp_problem), ``local_sign = -1`` (the local step
+    sign-flipped)."""
+    prob, a2, b2, eta = _interp_problem(C, d, K, zeta_target, seed, spread)
     zeta, gam = _zeta(a2, b2, eta, K, prob.L, beta)
     w0 = torch.zeros(d, dtype=DT)
-    r = simulate(prob, beta=beta, K=K, eta=eta, T=T, N=N, batch=(R,), seed=seed, w0=w0)
+    r = simulate(prob, beta=beta, K=K, eta=local_sign * eta, T=T, N=N, batch=(R,), seed=seed, w0=w0)
     D, L, mu = float(prob.f(w0) - prob.f_star), prob.L, 2 * prob.mu_f
     lhs6 = float(_grad_sq(prob, r["w"][:T]).mean())
     dT = float(r["Delta"][T].mean())
@@ -595,7 +647,7 @@ def check_thm6_thm9(C=10, d=5, K=5, N=5, beta=0.05, zeta_target=0.25, T=200, R=8
                    {**det, "lhs": lhs9, "rhs": rhs9}, regime=reg, slack=slack(lhs9, rhs9))]
 
 
-def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=150, R=8, seed=0,
+def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=300, R=8, seed=0,
                      local_sign: float = 1.0) -> list[Claim]:
     """Theorems 1 and 17 (A1, A3, A5) as a whole on shared-Hessian quadratics with additive gradient noise,
     N of C clients per round, eta = 1/(NKL), expectations over R runs. The constants are exact on this toy:
@@ -605,6 +657,13 @@ def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=150, R=8, seed
     both right-hand sides fall as lambda grows, so they are evaluated at lambda = 1/2, their smallest value.
     LHS <= RHS(1/2) shows the bound holds for every admissible lambda; LHS > RHS(1/2) is judged "violated"
     (two-sided: at lambda = 1/2; the measured text gives the smallest lambda at which it would still hold).
+    Theorem 4 (A1, A2, A3, A5) from the last lines of its proof (App. A.2.3), whose O(1/T + eta^2) is the
+    Delta-telescope 13 b^2 k_b lambda mu eta K T L/N * (1/T) sum_t Delta^t with (1/T) sum_t Delta^t bounded by
+    Lemma 23 = the right-hand side of (11):
+    E[f(w^T) - f*] <= e^{-lambda mu eta K T} D + eta kappa L sigma/(lambda mu N)
+                      + 13 b^2 k_b lambda mu eta K T L/N * RHS_11(lambda),
+    with the PL constant in the paper's form mu (f - f*) <= ||grad f||^2 (mu = 2 lambda_min(A)); its RHS is
+    not monotone in lambda, so it is judged at the lambda in (0, 1/2] where it is smallest (two-sided).
     ``local_sign = -1`` (a perturbation) flips the sign of the local step."""
     prob = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
     L, lam = prob.L, 0.5
@@ -629,6 +688,13 @@ def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=150, R=8, seed
             "1 < N < C": 1 < N < C}
     inside = all(cond.values())
     verdict = lambda lhs, rhs: bound(lhs, rhs, inside)
+    mu = 2 * prob.mu_f
+    lams = np.linspace(0.005, 0.5, 100)
+    rhs11 = lambda la: 804 * Cb * eta * K * D / (la * T) + eta ** 2 * Cb * (132 + 804 * kap / (la * N)) * K * sig
+    rhs4s = [math.exp(-la * mu * eta * K * T) * D + eta * kap * L * sig / (la * mu * N)
+             + 13 * beta ** 2 * kb * la * mu * eta * K * T * L / N * rhs11(la) for la in lams]
+    i4 = int(np.argmin(rhs4s))
+    lhs4, rhs4, lam4 = float((prob.f(r["w"][T]) - prob.f_star).mean()), float(rhs4s[i4]), float(lams[i4])
     det = {"C": C, "d": d, "K": K, "N": N, "beta": beta, "eta": eta, "T": T, "R": R, "sigma_noise": sigma,
            "sigma_l2": sl2, "sigma_g2": sg2, "sigma": sig, "kappa_beta": kb, "kappa": kap, "C_beta": Cb,
            "J_beta": Jb, "lambda": lam, "L": L, "D": D, "Delta_T": dT,
@@ -642,11 +708,21 @@ def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=150, R=8, seed
                    "mean_t Delta^t <= 804 C_b eta K D/(lambda T) + eta^2 J_b K sigma for every lambda "
                    "(judged at 1/2)",
                    f"LHS {lhs17:.3g} vs RHS(1/2) {rhs17:.3g}", verdict(lhs17, rhs17), lhs17 / rhs17,
-                   {**det, "lhs": lhs17, "rhs_at_half": rhs17}, regime=reg, slack=slack(lhs17, rhs17))]
+                   {**det, "lhs": lhs17, "rhs_at_half": rhs17}, regime=reg, slack=slack(lhs17, rhs17)),
+            _claim("thm4-value", "PL rate: the bound (4) as a whole, its O(1/T + eta^2) from the proof",
+                   "Thm 4 / Eq. (4), App. A.2.3",
+                   "E[f(w^T) - f*] <= e^{-lambda mu eta K T} D + eta kappa L sigma/(lambda mu N) + 13 b^2 k_b "
+                   "lambda mu eta K T L/N RHS_11(lambda) for every lambda (judged where smallest)",
+                   f"LHS {lhs4:.3g} vs RHS({lam4:.2f}) {rhs4:.3g}", verdict(lhs4, rhs4), lhs4 / rhs4,
+                   {**det, "lhs": lhs4, "rhs": rhs4, "lambda_min": lam4, "mu_PL": mu,
+                    "constants_note": "13 b^2 k_b read from the OCR of App. A.2.3 ('138%k5L', '133%k'), the same "
+                                      "constant as Thm 1's Delta term; RHS_11 = Thm 17's right-hand side (Lemma 23)"},
+                   regime=reg, slack=slack(lhs4, rhs4))]
 
 
-def check_stability_CS_N(C=20, Ss=(20, 40, 80, 160), Ns=(2, 4, 8, 16), d=5, K=10, T=60, pairs=32, groups=4,
-                         c=0.2, seed=0, S_N=40, N_S=4) -> list[Claim]:
+def check_stability_CS_N(C=20, Ss=(20, 40, 80, 160), Ns=(2, 4, 8, 16), d=5, K=10, T=150, pairs=64, groups=4,
+                         c=0.2, seed=0, S_N=40, N_S=4, diff_frac: float | None = None,
+                         N_run: int | None = None) -> list[Claim]:
     """Theorem 12: at beta = 0 (its admissible regime) eps = O(N^{cKL/(1+cKL)}/(CS)) (Eq. (9); (8) is
     1/(CS) at any fixed t0): slope -1 in log S (N = N_S) and cKL/(1+cKL) in log N (S = S_N). eps measured
     as in check_stability (coupled runs on neighbouring data sets, SGD with batch 1, eta_t = c/(L t),
@@ -654,16 +730,23 @@ def check_stability_CS_N(C=20, Ss=(20, 40, 80, 160), Ns=(2, 4, 8, 16), d=5, K=10
     fit's 95% interval (wider than 1: inconclusive). (8) is an upper bound, so
     its S-claim holds unless eps decays significantly slower than 1/S; the N-claim (eps grows with N, the
     reason s4.2 gives for limiting participation) holds when the slope's interval lies above 0 and is refuted
-    when it lies below cKL/(1+cKL) and reaches 0 (no significant growth, and not the predicted one)."""
-    def eps(S, N):
-        prob, task = _stability_problem(C, S, d, pairs, seed)
+    when it lies below cKL/(1+cKL) and reaches 0 (no significant growth, and not the predicted one).
+    The N values run as one batch on the S = S_N data (the same draws as separate runs: participation ranks
+    and minibatch indices do not depend on N). Perturbations: ``diff_frac`` (a broken assumption) makes the
+    neighbouring data sets differ in a fraction of client i*'s samples instead of one; ``N_run`` (a broken
+    algorithm) runs every N with N_run participants."""
+    def eps(S, Nv):
+        n_diff = 1 if diff_frac is None else max(1, math.ceil(diff_frac * S))
+        prob, task = _stability_problem(C, S, d, pairs, seed, n_diff)
         loss = _probe(task, d, seed)[2]
-        r = simulate(prob, beta=torch.zeros(1, 1, 1, dtype=DT), K=K, eta=c / prob.L_sample, T=T, N=N,
-                     batch=(2, 1, pairs), rshape=(1, pairs), mb=1, decay=lambda t: 1.0 / (t + 1), seed=seed,
-                     w0=torch.zeros(d, dtype=DT))
-        e = (loss(r["w"][-1, 0]) - loss(r["w"][-1, 1])).abs().max(-1).values.reshape(groups, -1).mean(-1)
-        return e.numpy()                                                     # [groups]
-    eS, eN = np.stack([eps(S, N_S) for S in Ss]), np.stack([eps(S_N, N) for N in Ns])
+        Nt = torch.tensor([N_run or n for n in Nv]).reshape(1, -1, 1)
+        r = simulate(prob, beta=torch.zeros(1, 1, 1, dtype=DT), K=K, eta=c / prob.L_sample, T=T, N=Nt,
+                     batch=(2, len(Nv), pairs), rshape=(1, 1, pairs), mb=1, decay=lambda t: 1.0 / (t + 1),
+                     seed=seed, w0=torch.zeros(d, dtype=DT))
+        e = (loss(r["w"][-1, 0]) - loss(r["w"][-1, 1])).abs().max(-1).values            # [len(Nv), pairs]
+        return e.reshape(len(Nv), groups, -1).mean(-1).numpy()                           # [len(Nv), groups]
+    eN = eps(S_N, Ns)
+    eS = np.stack([eN[list(Ns).index(N_S)] if S == S_N and N_S in Ns else eps(S, (N_S,))[0] for S in Ss])
     cKL = c * K
     # replicate slopes need every group's eps > 0 (a group may never touch the differing sample): else the
     # regression interval of the group means
@@ -795,37 +878,91 @@ def check_ri_overhead(t7=TABLE7, n=20, d=100, K=10, rounds=8, seed=0, timing: bo
     return [arith, timing]
 
 
+# Quick runs the same designs (T, grids, K) as the full run with fewer replicates (runs R, coupled pairs), so a
+# verdict unanimous over seeds in the full run is the quick run's verdict too (tests/test_theory_quick_full.py).
+REPLICATES = {"floors": (16, 4), "stability": (24, 8), "stability_CS_N": (64, 32), "lemma27": (20000, 5000),
+              "overhead_rounds": (8, 4)}                                                  # (full, quick)
+
+
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
+    n = {k: v[1] if quick else v[0] for k, v in REPLICATES.items()}
     claims = [check_null_test(seed=seed)]
     claims += check_delta_inf(seed=seed, out_dir=out_dir)
     claims.append(check_oscillation(seed=seed))
     claims += check_fixed_point_bias(seed=seed, out_dir=out_dir)
     claims.append(check_beta_threshold(seed=seed))
-    claims += check_floors(seed=seed, out_dir=out_dir, T=100 if quick else 300, R=4 if quick else 16)
+    claims += check_floors(seed=seed, out_dir=out_dir, R=n["floors"])
     claims.append(check_interpolation_thm19(seed=seed))
     claims.append(check_thm1_ri_term(seed=seed))
-    claims.append(check_lemma27(seed=seed))
+    claims.append(check_lemma27(seed=seed, sims=n["lemma27"]))
     claims.append(check_amplification(seed=seed))
-    claims += check_stability(seed=seed, out_dir=out_dir, T=60 if quick else 300, pairs=8 if quick else 24)
+    claims += check_stability(seed=seed, out_dir=out_dir, pairs=n["stability"])
     claims += check_excess_risk_split(seed=seed)
-    claims += check_thm1_thm17(seed=seed, T=100 if quick else 300)
-    claims += check_thm6_thm9(seed=seed, T=100 if quick else 300)
-    claims += check_stability_CS_N(seed=seed, T=40 if quick else 150, pairs=32 if quick else 64)
+    claims += check_thm1_thm17(seed=seed)
+    claims += check_thm6_thm9(seed=seed)
+    claims += check_stability_CS_N(seed=seed, pairs=n["stability_CS_N"])
     claims += check_tables(seed=seed)
-    claims += check_ri_overhead(seed=seed)
+    claims += check_ri_overhead(seed=seed, rounds=n["overhead_rounds"])
     claims.append(check_optimal_K(seed=seed))
     return claims
 
 
+# A perturbation each finding must catch (theory/power.py): its text, and a re-run of the row's check at quick sizes
+# with it switched on. The rows labelled "vacuous at this scale" declare one they do NOT catch.
+_FLIP = "RI offset sign-flipped (start at w + beta (w_{i,K} - w), towards the last local model)"
+_SIGN = "local step sign-flipped (w - eta g -> w + eta g)"
+_TABLE6_SWAPPED = {m: (ri, plain) for m, (plain, ri) in TABLE6.items()}
+_TABLE6_MISPRINT = {**TABLE6, "FedSAM": ((79.32,) + TABLE6["FedSAM"][0][1:], TABLE6["FedSAM"][1])}
 PERTURBATIONS = {
+    "M1-delta-inf": (_FLIP + " in the simulation; the closed form keeps beta",
+                     lambda seed: check_delta_inf(seed=seed, ri_sign=-1.0)),
+    "M1-divergence-beta": (_FLIP + " in the simulation", lambda seed: check_delta_inf(seed=seed, ri_sign=-1.0)),
+    "oscillation": (_FLIP + " in the trainer's run; the recursion keeps beta",
+                    lambda seed: [check_oscillation(seed=seed, ri_sign=-1.0)]),
+    "M3-fixed-point": (_FLIP + " in the trainer's round; the closed form keeps beta",
+                       lambda seed: check_fixed_point_bias(seed=seed, ri_sign=-1.0)),
+    "M3-bias-beta": (_FLIP + " (the flipped algorithm's fixed point)",
+                     lambda seed: check_fixed_point_bias(seed=seed, ri_sign=-1.0)),
+    "beta-threshold": (_SIGN, lambda seed: [check_beta_threshold(seed=seed, local_sign=-1.0)]),
+    "floor-eta2": ("the local lr of the noise runs fixed at 0.005 whatever eta is asked (the eta knob not wired)",
+                   lambda seed: check_floors(seed=seed, R=4, lr_rule=lambda e, k: 0.005)),
+    "floor-K": ("the local lr of the noise runs divided by K/10 (a per-step lr 'normalised' by K)",
+                lambda seed: check_floors(seed=seed, R=4, lr_rule=lambda e, k: e * 10 / k)),
+    "thm1-RI-term": (_SIGN + ": tests the upper side of [0.1, 10] (the row is violated below it unperturbed)",
+                     lambda seed: [check_thm1_ri_term(seed=seed, local_sign=-1.0)]),
     "L27-touch-prob": ("the runs draw 2 samples per local step while the bound keeps B = 1",
                        lambda seed: [check_lemma27(seed=seed, sims=5000, B_sim=2)]),
+    "thm12-bound": ("neighbouring data sets differ in 5% of client i*'s samples, not one (broken assumption): "
+                    "NOT caught", lambda seed: check_stability(seed=seed, pairs=8, diff_frac=0.05)),
+    "stab-beta-remark14": ("neighbouring data sets differ in 5% of client i*'s samples: NOT caught (outside the "
+                           "regime at every size)", lambda seed: check_stability(seed=seed, pairs=8, diff_frac=0.05)),
+    "stab-beta-thm15": ("neighbouring data sets differ in 5% of client i*'s samples: NOT caught (outside the "
+                        "regime at every size)", lambda seed: check_stability(seed=seed, pairs=8, diff_frac=0.05)),
+    "EO-EG-split": ("RI offset taken from the global model's last move for every client (server heavy-ball): "
+                    "beta no longer moves the fixed point",
+                    lambda seed: check_excess_risk_split(seed=seed, ri_from="global")),
+    "EG-beta": ("local lr tripled (eta = 0.15): the row is violated unperturbed; 'RI offset sign-flipped' makes it "
+                "hold (tests/test_theory_fedinit.py)", lambda seed: check_excess_risk_split(seed=seed, eta=0.15)),
+    "thm1-value": (_SIGN, lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
+    "thm17-value": (_SIGN, lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
+    "thm4-value": (_SIGN + " (a subtler break is not caught: slack ~ 10^4)",
+                   lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
+    "thm6-value": ("interpolation broken (client minimisers spread by 1.0): NOT caught",
+                   lambda seed: check_thm6_thm9(seed=seed, R=4, spread=1.0)),
+    "thm9-value": (_SIGN + " (broken interpolation, spread up to 3, is not caught)",
+                   lambda seed: check_thm6_thm9(seed=seed, R=4, local_sign=-1.0)),
+    "thm19-interp": (_FLIP + ": NOT caught", lambda seed: [check_interpolation_thm19(seed=seed, beta=-0.05)]),
+    "stab-CS": ("neighbouring data sets differ in 10% of client i*'s samples, not one (broken assumption)",
+                lambda seed: check_stability_CS_N(seed=seed, pairs=32, diff_frac=0.1)),
+    "stab-N": ("every N runs with 4 participants (the N knob not wired); the row is violated unperturbed",
+               lambda seed: check_stability_CS_N(seed=seed, pairs=32, N_run=4)),
+    "tables": ("Table 6's FedSAM '-' 10%-100 Dir-0.6 entry misprinted 79.32 (for 79.23)",
+               lambda seed: check_tables(t6=_TABLE6_MISPRINT)),
+    "ri-never-hurts": ("Table 6's '-' and '+RI' columns swapped (a misread table); the row is violated "
+                       "unperturbed, and holds without FedDyn and FedCM (tests/test_theory_fedinit.py)",
+                       lambda seed: check_tables(t6=_TABLE6_SWAPPED)),
     "table7-ratios": ("FedInit's 10%-100 time misread as 21.38 (one digit off)",
                       lambda seed: check_ri_overhead({**TABLE7, "10%-100": {**TABLE7["10%-100"],
                                                                             "FedInit": (21.38, 1.05)}},
                                                      seed=seed, timing=False)),
-    "thm1-value": ("local step sign-flipped (w - eta g -> w + eta g)",
-                   lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
-    "thm17-value": ("local step sign-flipped (w - eta g -> w + eta g)",
-                    lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
 }
