@@ -111,3 +111,44 @@ def test_partial_bounds_fail_at_high_heterogeneity_inside_their_regime():
     for c in (b73, b74):
         assert c.verdict == VIOLATED and c.regime.startswith("inside")     # the bound only asks strong convexity
         assert "holds at het 0" in c.measured and "violated at het 10" in c.measured
+
+
+# ---- bound (9) through Eq. (57), and the perturbations the power checks switch on -----------------------------
+def test_rounds_57_terms_are_signed_as_their_definitions():
+    task = make_task(3, 4, het=1.0, noise=1.0, seed=1)
+    t = fedals.rounds_57(task, 3, 5, 20, 2, 0.05, 0.1, 30, 0)
+    assert len(t["gap"]) == 4 and t["a"].shape == (4, 3)
+    assert bool((t["a"] - t["c"] >= -1e-12).all())            # E eps_k >= 0: A* minimises the ridge risk on Z
+    assert bool((t["b"] >= -1e-12).all())                      # E(delta_k + eps_k) = E[R_Z(A) - R_Z(A*)] >= 0
+    assert t["mu"] >= 0.1 - 1e-12 and t["L"] > t["mu"]         # ridge: mu >= lam
+
+
+def test_bound57_closed_form():
+    t = {"a": torch.tensor([[0.4, 0.2]], dtype=DT), "b": torch.tensor([[0.9, 0.1]], dtype=DT),
+         "c": torch.tensor([[0.3, 0.1]], dtype=DT), "L": 4.0, "mu": 1.0}
+    want = np.mean([2 * 4 / 4 * a + np.sqrt(32) / 2 * np.sqrt(b * c) for a, b, c in ((0.4, 0.9, 0.3), (0.2, 0.1, 0.1))])
+    assert abs(fedals.bound57(t, 2) - want) < 1e-12
+    want38 = np.mean([2 * a + np.sqrt(32) / 2 * np.sqrt(b * a) for a, b in ((0.4, 0.9), (0.2, 0.1))])
+    assert abs(fedals.bound57(t, 2, "38") - want38) < 1e-12
+
+
+def test_bound9_holds_loosely_and_is_vacuous():
+    c = fedals.check_bound9(T=20, R=30, hets=(0.0, 2.0), taus=(1, 10), tau_het=10)
+    assert c.verdict == HOLDS and c.kind == fedals.VACUOUS and c.slack > 1 and c.regime.startswith("inside")
+    flipped = fedals.check_bound9(T=20, R=30, hets=(0.0, 2.0), taus=(1, 10), tau_het=10, local_sign=-1.0)
+    assert flipped.verdict == HOLDS                              # the sign flip is not caught: that is the label
+
+
+def test_fedavg_rounds_perturbations_reduce_to_the_plain_run():
+    task = make_task(3, 4, het=1.0, noise=1.0, seed=2)
+    g, e = fedals.fedavg_rounds(task, 3, 1, 10, 2, 0.05, 0.0, 8, 0)
+    g2, e2 = fedals.fedavg_rounds(task, 3, 1, 10, 2, 0.05, 0.0, 8, 0, reuse=True, agg_scale=1.0)
+    assert torch.equal(g, g2) and torch.equal(e, e2)            # tau = 1: nothing to reuse
+    g3, _ = fedals.fedavg_rounds(task, 3, 5, 10, 2, 0.05, 0.0, 8, 0, reuse=True)
+    assert not torch.equal(g3, fedals.fedavg_rounds(task, 3, 5, 10, 2, 0.05, 0.0, 8, 0)[0])
+
+
+def test_thm43_larger_for_non_iid_is_judged_in_standard_errors():
+    gap, _ = fedals.check_thm43_tau(T=50, taus=(1, 25), R=40)
+    z = gap.details["z_noniid_minus_iid"]
+    assert len(z) == 2 and max(z) > 3 and min(z) > -3 and gap.verdict == HOLDS

@@ -1,5 +1,6 @@
 """FedCM theory checks (Lemmas 4.1, B.7-B.11, Thm 5.1) and the quadratic / logistic toy families they run on."""
 
+import numpy as np
 import pytest
 import torch
 from torch.func import grad, hessian
@@ -128,3 +129,46 @@ def test_participation_robustness_not_reproduced():
     assert c.verdict == VIOLATED
     errs = c.details["errors"]
     assert errs["SCAFFOLD"][-1] < errs["FedCM"][-1]                           # note: SCAFFOLD best at every N
+
+
+# ---- the paired alpha sweep and the perturbations the power checks switch on ---------------------------------
+def test_pair_gives_every_setting_the_same_draws():
+    q = make_quadratics(8, 3, shared=False, seed=1)
+    kw = dict(K=3, eta_l=0.05, T=6, S=3, sigma=0.5, seed=4)
+    r = fedcm.simulate(q, alpha=[0.2] * 3 + [0.2] * 3, B=6, pair=3, **kw)          # two settings, 3 replicates
+    assert torch.equal(r["x"][:, :3], r["x"][:, 3:]) and torch.equal(r["mask"][:, :3], r["mask"][:, 3:])
+    assert not torch.equal(r["x"][:, 0], r["x"][:, 1])                            # replicates still differ
+    u = fedcm.simulate(q, alpha=[0.2] * 6, B=6, **kw)                             # unpaired: every run its own
+    assert not torch.equal(u["x"][:, :3], u["x"][:, 3:])
+
+
+def test_uniform_client_weight_is_the_plain_average_and_skewed_is_not():
+    q = make_quadratics(6, 3, shared=False, seed=2)
+    kw = dict(alpha=0.3, K=3, eta_l=0.05, T=8, S=3, sigma=0.2, B=2, seed=5)
+    base = fedcm.simulate(q, **kw)["x"]
+    assert torch.equal(fedcm.simulate(q, client_weight=torch.ones(6, dtype=DT), **kw)["x"], base)
+    assert float((fedcm.simulate(q, client_weight=fedcm.skewed(6), **kw)["x"] - base).abs().max()) > 1e-3
+
+
+def test_biased_toy_adds_a_constant_of_the_given_norm():
+    q = make_quadratics(5, 4, shared=False, seed=0)
+    y = torch.randn(2, 5, 4, dtype=DT, generator=torch.Generator().manual_seed(0))
+    diff = fedcm.Biased(q, 0.3).grad(y) - q.grad(y)
+    assert torch.allclose(diff.norm(dim=-1), torch.full((2, 5), 0.3, dtype=DT), atol=1e-14)
+    assert fedcm.Biased(q, 0.3).f_star == q.f_star                                # f, f* are the toy's own
+
+
+def test_u_shape_rule_on_exact_inputs():
+    base = np.array([1.0, 0.5, 0.6, 0.9])[:, None] + np.linspace(-0.01, 0.01, 6)[None]   # paired offsets
+    assert fedcm.u_shape(base)[0] == HOLDS and fedcm.u_shape(base)[1] == 1
+    assert fedcm.u_shape(base[::-1].copy() * np.array([[1.0], [3.0], [3.0], [0.2]]))[0] == VIOLATED
+    noisy = base + np.array([[0.0, 0.9, -0.9, 0.3, -0.3, 0.0]] * 4) * np.array([[0], [1], [1], [0]])
+    assert fedcm.u_shape(noisy)[0] == INCONCLUSIVE                                 # noise swamps the interior
+    assert fedcm.u_shape(base[:, :3])[4] > fedcm.u_shape(base)[4]                  # fewer replicates, wider
+
+
+def test_speedup_bound_control_and_its_perturbation():
+    kw = dict(Ks=(1, 8), Ss=(1, 8), T=20, R=2)
+    assert fedcm.check_speedup_KS(G2=0.0, **kw)[1].verdict == HOLDS                # no G^2: slope -1/2
+    bad = fedcm.check_speedup_KS(G2=0.0, drop_noise_term=True, **kw)[1]
+    assert bad.verdict == VIOLATED and abs(bad.value + 0.75) < 0.05

@@ -31,12 +31,19 @@ def _col(v, B: int) -> torch.Tensor:
 
 def simulate(prob, *, alpha=0.1, K: int = 10, eta_l=0.01, eta_g=1.0, T: int = 100, S=None, sigma: float = 0.0,
              B: int = 1, seed: int = 0, x0: torch.Tensor | None = None, p: float | None = None,
-             decay: float = 1.0, algo: str = "fedcm", shared_selection: bool = False) -> dict:
+             decay: float = 1.0, algo: str = "fedcm", shared_selection: bool = False, pair: int | None = None,
+             client_weight=None, alpha_grad: bool = True, shared_noise: bool = False) -> dict:
     """Algorithm 2 (FedCM; alpha = 1 is FedAvg) or SCAFFOLD (option II) for ``B`` runs at once.
     ``alpha``, ``eta_l``, ``eta_g`` and ``S`` may be per-run lists of length B. Returns the trajectories
     x [T+1, B, d], Delta [T+1, B, d], Dtilde [T, B, d] (mean minibatch gradient of the round, Lemma 4.1),
     eps [T, B] (Lemma B.8 drift over all N clients) and disp [T, B] (dispersion of the sampled deltas).
-    ``shared_selection``: one client-selection sequence for all B runs (paired comparisons across a grid)."""
+    ``shared_selection``: one client-selection sequence for all B runs (paired comparisons across a grid).
+    ``pair`` = R: run j sees replicate j % R's client selection and gradient noise (common random numbers for a
+    grid laid out [setting, replicate]: settings are compared on the same draws).
+    Perturbations (the power checks): ``client_weight`` [N] weighs the sampled deltas in the server average
+    (default uniform, Alg. 2 line 13); ``alpha_grad`` = False drops the alpha weight of the gradient in line 8
+    (v = g + (1 - alpha) Delta);
+    ``shared_noise``: one noise draw per round and step shared by every client (independence broken)."""
     N, d = prob.n, prob.d
     gen = torch.Generator().manual_seed(seed)
     alpha, eta_l0, eta_g = _col(alpha, B), _col(eta_l, B), _col(eta_g, B)
@@ -50,6 +57,9 @@ def simulate(prob, *, alpha=0.1, K: int = 10, eta_l=0.01, eta_g=1.0, T: int = 10
         if shared_selection:
             m = participation_mask((1,), N, torch.as_tensor(S).reshape(-1)[:1], gen, p).expand(B, N)
             m = m.to(DT).unsqueeze(-1)
+        elif pair:
+            m = participation_mask((pair,), N, torch.as_tensor(S).reshape(-1)[:pair], gen, p).repeat(B // pair, 1)
+            m = m.to(DT).unsqueeze(-1)
         else:
             m = participation_mask((B,), N, torch.as_tensor(S).reshape(-1), gen, p).to(DT).unsqueeze(-1)
         masks.append(m.squeeze(-1))
@@ -59,16 +69,19 @@ def simulate(prob, *, alpha=0.1, K: int = 10, eta_l=0.01, eta_g=1.0, T: int = 10
             e += (y - x.unsqueeze(1)).pow(2).sum(-1).mean(-1) / K
             g = prob.grad(y)
             if sigma:
-                g = g + sigma * torch.randn(B, N, d, generator=gen, dtype=DT)
+                shape = (pair or B, 1 if shared_noise else N, d)
+                g = g + sigma * torch.randn(*shape, generator=gen, dtype=DT).repeat(B // shape[0], 1, 1)
             if algo == "fedcm":
-                v = alpha.unsqueeze(1) * g + (1 - alpha.unsqueeze(1)) * Delta.unsqueeze(1)   # line 8
+                a = alpha.unsqueeze(1)
+                v = (a if alpha_grad else 1) * g + (1 - a) * Delta.unsqueeze(1)         # line 8
             else:
                 v = g - c_i + c.unsqueeze(1)
             y = y - eta_l.unsqueeze(1) * v
             gsum = gsum + g
         dy = y - x.unsqueeze(1)                                                # Delta^t_i, model deltas
         n_sel = m.sum(1)                                                       # realised |S_t|, [B, 1]
-        mean_dy = (dy * m).sum(1) / n_sel
+        w = m if client_weight is None else m * torch.as_tensor(client_weight, dtype=DT).reshape(1, N, 1)
+        mean_dy = (dy * w).sum(1) / w.sum(1)
         Delta = -mean_dy / (eta_l * K)                                         # line 13, gradient units
         if algo == "scaffold":
             c_new = c_i - c.unsqueeze(1) - dy / (K * eta_l.unsqueeze(1))
@@ -188,19 +201,24 @@ def check_lemmaB10(N=20, S=5, d=5, K=5, T=15, batch=2, alphas=(0.05, 0.3, 1.0), 
 # ---------------------------------------------------------------------------------------------------
 # lemma inequalities along trajectories (Monte Carlo over R runs)
 # ---------------------------------------------------------------------------------------------------
-def _lemma_run(N, S, d, K, T, sigma, alpha, eta_l, R, seed):
+def _lemma_run(N, S, d, K, T, sigma, alpha, eta_l, R, seed, alpha_run=None, noise_run=1.0):
+    """R runs of Alg. 2 and the constants along them. Perturbations: ``alpha_run`` (the runs use another alpha
+    than the bound), ``noise_run`` (the runs' noise is this multiple of the sigma the bound is given)."""
     prob = make_quadratics(N, d, shared=False, seed=seed)
-    r = simulate(prob, alpha=alpha, K=K, eta_l=eta_l, T=T, S=S, sigma=sigma, B=R, seed=seed)
+    r = simulate(prob, alpha=alpha if alpha_run is None else alpha_run, K=K, eta_l=eta_l, T=T, S=S,
+                 sigma=sigma * noise_run, B=R, seed=seed)
     c = {"L": prob.L, "sigma_l2": d * sigma ** 2, **_traj_consts(prob, r["x"])}
     return prob, r, c
 
 
-def check_drift_B8(N=20, S=5, d=5, K=10, T=60, sigma=0.3, alpha=0.1, eta_scale=0.5, R=16, seed=0) -> Claim:
+def check_drift_B8(N=20, S=5, d=5, K=10, T=60, sigma=0.3, alpha=0.1, eta_scale=0.5, R=16, seed=0,
+                   alpha_run=None) -> Claim:
     """Lemma B.8: if eta_l <= 1/(4LK), eps_t <= 3 K eta_l^2 [6aK sg^2 + 6aK G^2 + 2(1-a) K E||Delta_t||^2
-    + a^2 sl^2]. eta_l = eta_scale/(4LK); eta_scale > 1 leaves the lemma's regime."""
+    + a^2 sl^2]. eta_l = eta_scale/(4LK); eta_scale > 1 leaves the lemma's regime. ``alpha_run`` (a
+    perturbation): the runs take local steps with that alpha while the bound keeps ``alpha``."""
     prob = make_quadratics(N, d, shared=False, seed=seed)
     eta_l = eta_scale / (4 * prob.L * K)
-    _, r, c = _lemma_run(N, S, d, K, T, sigma, alpha, eta_l, R, seed)
+    _, r, c = _lemma_run(N, S, d, K, T, sigma, alpha, eta_l, R, seed, alpha_run)
     eps = r["eps"].mean(1)                                         # MC estimate of E eps_t
     D2 = r["Delta"][:-1].pow(2).sum(-1).mean(1)
     rhs = 3 * K * eta_l ** 2 * (6 * alpha * K * c["sigma_g2"] + 6 * alpha * K * c["G2"]
@@ -216,12 +234,13 @@ def check_drift_B8(N=20, S=5, d=5, K=10, T=60, sigma=0.3, alpha=0.1, eta_scale=0
 
 
 def check_second_moments_B11(N=20, S=5, d=5, K=10, T=60, sigma=0.3, alpha=0.1, eta_scale=0.5, R=16,
-                             seed=0) -> Claim:
+                             seed=0, noise_run=1.0) -> Claim:
     """Lemma B.9 per round and Lemma B.11: sup_t max(E||Dtilde_t||^2, E||Delta_t||^2) <= V = 16 C1/(KS)
-    + 480 K^2 L^2 eta_l^2 C2 when eta_l <= 1/(8KL); eta_l = eta_scale/(8LK)."""
+    + 480 K^2 L^2 eta_l^2 C2 when eta_l <= 1/(8KL); eta_l = eta_scale/(8LK). ``noise_run`` (a perturbation:
+    assumption A4 broken): the runs' gradient noise is that multiple of the sigma the bound is given."""
     prob = make_quadratics(N, d, shared=False, seed=seed)
     eta_l = eta_scale / (8 * prob.L * K)
-    _, r, c = _lemma_run(N, S, d, K, T, sigma, alpha, eta_l, R, seed)
+    _, r, c = _lemma_run(N, S, d, K, T, sigma, alpha, eta_l, R, seed, noise_run=noise_run)
     L = prob.L
     b9 = (10 * L ** 2 * r["eps"].mean(1) + 10 * c["G2"] + 12 / S * (1 - S / N) * c["sigma_g2"]
           + 2 * c["sigma_l2"] / (K * S))
@@ -329,14 +348,44 @@ def thm51_convex_bound(D, T, K, S, N, L, G2, sg2, sl2, alpha, c2=1.0):
     return first + c2 * (D ** 2 * (C1 + K * S * C2) / (alpha ** 2 * K * S * T ** 2)) ** (1 / 3)
 
 
-def check_alpha_tradeoff(N=20, S=5, d=5, K=10, T=150, sigma=0.3, eta_l=0.02,
-                         alphas=(0.01, 0.03, 0.05, 0.1, 0.3, 1.0), R=8, seed=0, out_dir=None) -> list[Claim]:
-    """Theorem 5.1's bound vs alpha (App. B constants) and the toy's own alpha sweep (Table 3's U-shape:
-    an interior alpha beats both ends by more than 2 Monte-Carlo standard errors)."""
+def u_shape(runs: np.ndarray) -> tuple[str, int, float, float, float]:
+    """Table 3's U-shape from paired runs [n_alpha, R] (replicate r of every alpha on the same draws): holds when
+    some interior alpha beats both ends by more than z paired SE, violated when every interior alpha loses to an
+    end by more than z paired SE, inconclusive otherwise; z is the Student-t quantile (R - 1 dof) of a two-sided
+    5% test Bonferroni-corrected for the interior alphas, so fewer replicates widen it. Returns (verdict, best
+    interior index, its margin over the better end, the paired SE of that margin, z)."""
+    from scipy import stats
+    R = runs.shape[1]
+    z = float(stats.t.ppf(1 - 0.025 / (len(runs) - 2), R - 1))
+    def diff(a, b):
+        dd = runs[a] - runs[b]
+        return float(dd.mean()), float(dd.std(ddof=1)) / math.sqrt(R)
+
+    rows = []
+    for i in range(1, len(runs) - 1):
+        ends = [diff(e, i) for e in (0, len(runs) - 1)]                # (mean, se) of end - interior
+        m, se = min(ends, key=lambda t: t[0])
+        rows.append((i, m, se, min(mu - z * s for mu, s in ends), max(-mu - z * s for mu, s in ends)))
+    if any(r[3] > 0 for r in rows):
+        i, m, se = max(((r[0], r[1], r[2]) for r in rows if r[3] > 0), key=lambda t: t[1])
+        return HOLDS, i, m, se, z
+    i, m, se = max(((r[0], r[1], r[2]) for r in rows), key=lambda t: t[1])
+    return (VIOLATED if all(r[4] > 0 for r in rows) else INCONCLUSIVE), i, m, se, z
+
+
+def check_alpha_tradeoff(N=20, S=5, d=5, K=10, T=300, sigma=0.3, eta_l=0.02,
+                         alphas=(0.01, 0.03, 0.05, 0.1, 0.3, 1.0), R=8, seed=0, out_dir=None,
+                         alpha_grad: bool = True) -> list[Claim]:
+    """Theorem 5.1's bound vs alpha (App. B constants) and the toy's own alpha sweep (Table 3's U-shape: an
+    interior alpha beats both ends by more than 2.5 paired Monte-Carlo standard errors; every alpha runs on the
+    same R client-selection and noise sequences). ``alpha_grad`` = False (a perturbation): Alg. 2 line 8 without
+    the alpha on the gradient, v = g + (1 - alpha) Delta."""
     prob = make_quadratics(N, d, shared=False, seed=seed)
     al = [a for a in alphas for _ in range(R)]
-    r = simulate(prob, alpha=al, K=K, eta_l=eta_l, T=T, S=S, sigma=sigma, B=len(al), seed=seed)
+    r = simulate(prob, alpha=al, K=K, eta_l=eta_l, T=T, S=S, sigma=sigma, B=len(al), seed=seed, pair=R,
+                 alpha_grad=alpha_grad)
     runs = (prob.f(r["x"][-T // 5:]) - prob.f_star).mean(0).reshape(len(alphas), R)
+    runs = torch.nan_to_num(runs, nan=math.inf)                  # a diverged run is an error of +inf
     err, se = runs.mean(1).numpy(), (runs.std(1) / math.sqrt(R)).numpy()
     c = _traj_consts(prob, r["x"])
     D = float((r["x"][0, 0] - prob.x_star).pow(2).sum())
@@ -348,16 +397,17 @@ def check_alpha_tradeoff(N=20, S=5, d=5, K=10, T=150, sigma=0.3, eta_l=0.02,
                                                                      d * sigma ** 2, a, c2) for a in fine]))])
                for c2 in (0.1, 1.0, 10.0) for TT in (T, 10 * T, 100 * T)}
     am = sorted(set(argmins.values()))
-    i = 1 + int(err[1:-1].argmin())                                # best interior alpha
-    margin = min(err[0], err[-1]) - err[i]
-    noise = 2 * math.sqrt(se[i] ** 2 + se[0 if err[0] < err[-1] else -1] ** 2)
-    u_shape = HOLDS if margin > noise else VIOLATED if margin < -noise else INCONCLUSIVE
+    with np.errstate(invalid="ignore"):
+        verdict, i, margin, margin_se, z = u_shape(runs.numpy())
+    if not math.isfinite(margin):
+        verdict = VIOLATED if np.isfinite(err[[0, -1]]).any() and not np.isfinite(err[1:-1]).any() else verdict
     fig = save_figure(out_dir, f"{PAPER}_alpha.png", {"toy f(x_T)-f*": (alphas, err),
                       "Thm 5.1 bound / 1e3": (alphas, bnd / 1e3)}, xlabel="alpha", ylabel="value",
                       title="FedCM: alpha sweep vs Thm 5.1")
     det = {**c, "D": D, "alphas": list(alphas), "bound": bnd.tolist(), "toy_error": err.tolist(),
            "toy_se": se.tolist(), "K": K, "S": S, "N": N, "T": T, "eta_l": eta_l, "sigma_l2": d * sigma ** 2,
-           "R": R}
+           "R": R, "pairing": "every alpha on the same R selection and noise sequences", "z": z,
+           "margin_paired_se": margin_se, "alpha_grad": alpha_grad}
     det["argmin_alpha"] = {f"c2={k[0]:g}, T={k[1]}": v for k, v in argmins.items()}
     return [_claim("thm51-alpha", "Thm 5.1 explains a benefit of alpha < 1 (heterogeneity vs 1/alpha)",
                    "Thm 5.1 with App. B constants (Lemma B.11)", "bound minimised at alpha < 1 (paper's reading)",
@@ -366,9 +416,9 @@ def check_alpha_tradeoff(N=20, S=5, d=5, K=10, T=150, sigma=0.3, eta_l=0.02,
                    f"{am[0]:.2g}..{am[-1]:.2g} (c2 = 1, T = {T}: {argmins[(1.0, T)]:.2g})",
                    NOT_CHECKED, a_bound, det, fig),
             _claim("alpha-U-shape", "an interior alpha is best (Table 3: U-shape, best ~0.1)",
-                   "Table 3, Fig. 1", "interior alpha beats both ends by > 2 SE",
-                   f"best interior alpha {alphas[i]}: margin {margin:.2g} vs 2SE {noise:.2g}; error "
-                   + ", ".join(f"{e:.2g}" for e in err), u_shape, margin, det)]
+                   "Table 3, Fig. 1", "an interior alpha beats both ends by > z paired SE (Student t, Bonferroni)",
+                   f"best interior alpha {alphas[i]}: margin {margin:.2g} vs {z:.2g} paired SE "
+                   f"{z * margin_se:.2g}; error " + ", ".join(f"{e:.2g}" for e in err), verdict, margin, det)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -385,11 +435,31 @@ def rate_upper(fit: tuple, control: tuple, limit: float) -> str:
     return VIOLATED if fit[1] > limit else INCONCLUSIVE
 
 
+def skewed(N: int) -> torch.Tensor:
+    """A wrong aggregation weight (a perturbation): client i weighted i + 1 in the server average."""
+    return torch.arange(1.0, N + 1, dtype=DT)
+
+
+class Biased:
+    """A toy whose client gradients carry a constant bias of norm ``b`` (a perturbation: the unbiased-gradient
+    assumption A4 broken); everything else, f and f* included, is the toy's own."""
+
+    def __init__(self, prob, b: float):
+        self.prob, self.b = prob, b
+
+    def __getattr__(self, name):
+        return getattr(self.prob, name)
+
+    def grad(self, y, *a):
+        return self.prob.grad(y, *a) + self.b / math.sqrt(self.prob.d)
+
+
 def check_convex_rate(N=10, S=5, d=5, K=5, Ts=(100, 200, 400, 800), eta0=1.0, sigma=0.5, alpha=0.1, R=8,
-                      seed=0, out_dir=None) -> Claim:
+                      seed=0, out_dir=None, grad_bias: float = 0.0) -> Claim:
     """General-convex rate on logistic regression (T3, the only toy where A2, A3, A5 hold globally):
     eta_g = eta0 sqrt(T0/T) (B.6's sqrt(b0/(c1 T)) shape), eta_l = min(min(eta_g,1)/(8LK), 1/(8LSK^2));
-    f(mean_t z_t) - f* must fall at least as fast as T^{-1/2}."""
+    f(mean_t z_t) - f* must fall at least as fast as T^{-1/2}. ``grad_bias`` (a perturbation): every local
+    gradient carries a constant bias of that norm (``Biased``)."""
     prob = make_logistic(N, 40, d, dir_alpha=0.5, seed=seed)
     L, T0 = prob.L, Ts[0]
     eta_g = [eta0 * math.sqrt(T0 / T) for T in Ts]
@@ -398,8 +468,8 @@ def check_convex_rate(N=10, S=5, d=5, K=5, Ts=(100, 200, 400, 800), eta0=1.0, si
     rel = [e / (el * K) for e, el in zip(eta_g, eta_l)]
     B = 2 * len(Ts) * R
     rep = lambda v: [u for u in v for _ in range(R)]
-    r = simulate(prob, alpha=alpha, K=K, eta_l=rep(eta_l), eta_g=rep(rel), T=max(Ts), S=S, sigma=sigma, B=B,
-                 seed=seed, x0=torch.zeros(d, dtype=DT))
+    r = simulate(Biased(prob, grad_bias) if grad_bias else prob, alpha=alpha, K=K, eta_l=rep(eta_l),
+                 eta_g=rep(rel), T=max(Ts), S=S, sigma=sigma, B=B, seed=seed, x0=torch.zeros(d, dtype=DT))
     z = z_sequence(r["x"], r["alpha"])
     err_avg, err_mean = [], []                  # [2 len(Ts), R]: per replicate
     for j, T in enumerate(list(Ts) * 2):
@@ -427,11 +497,11 @@ def check_convex_rate(N=10, S=5, d=5, K=5, Ts=(100, 200, 400, 800), eta0=1.0, si
 
 
 def check_strongly_convex_rate(N=10, S=5, d=5, K=5, Ts=(100, 200, 400, 800), sigma=0.5, alpha=0.1, R=8,
-                               seed=0, out_dir=None) -> Claim:
+                               seed=0, out_dir=None, client_weight=None) -> Claim:
     """Strongly convex rate (Thm 5.1 (1)) on T2 quadratics: eta_g from Lemma B.5, eta = min(log(mu^2 D^2 T/c1)
     /(mu T), 1/(2mu)) with c1 = 2 sigma_l^2/(KS) (B.9's noise term), eta_l as in the proof; the weighted
     average sum_t w_t z_t, w_t ~ (1 - mu eta/2)^(-t-1), must reach f - f* = O~(1/T): log-log slope <= -0.7
-    (1/T up to the log factor)."""
+    (1/T up to the log factor). ``client_weight`` [N]: a perturbation (skewed)."""
     prob = make_quadratics(N, d, shared=False, L=1.0, mu=0.2, seed=seed)
     L, mu = prob.L, prob.mu
     x0 = prob.x_star + 1.0
@@ -443,7 +513,7 @@ def check_strongly_convex_rate(N=10, S=5, d=5, K=5, Ts=(100, 200, 400, 800), sig
     rep = lambda v: [u for u in v for _ in range(R)]
     rel = [e / (el * K) for e, el in zip(eta_g, eta_l)]
     r = simulate(prob, alpha=alpha, K=K, eta_l=rep(eta_l), eta_g=rep(rel), T=max(Ts), S=S, sigma=sigma,
-                 B=2 * len(Ts) * R, seed=seed, x0=x0)
+                 B=2 * len(Ts) * R, seed=seed, x0=x0, client_weight=client_weight)
     z = z_sequence(r["x"], r["alpha"])
     err = []
     for j, (T, e) in enumerate(zip(list(Ts) * 2, eta_g)):
@@ -468,32 +538,39 @@ def check_strongly_convex_rate(N=10, S=5, d=5, K=5, Ts=(100, 200, 400, 800), sig
 
 
 def check_speedup_KS(N=16, d=5, Ks=(1, 4, 16), Ss=(1, 4, 16), T=150, sigma=1.0, alpha=0.1, eta_geff=0.01,
-                     etaLK=0.02, R=12, seed=0, out_dir=None) -> list[Claim]:
+                     etaLK=0.02, R=12, seed=0, out_dir=None, shared_noise=False, G2=None,
+                     drop_noise_term=False) -> list[Claim]:
     """iid clients (sigma_g = 0) started at x*: the noise floor of f(x_t) - f* at a fixed server step
-    scales like 1/(KS); Theorem 5.1's leading term does not, because of its G^2 term (C1 of Lemma B.11)."""
+    scales like 1/(KS); Theorem 5.1's leading term does not, because of its G^2 term (C1 of Lemma B.11).
+    ``G2`` replaces the smallest admissible G^2 in the leading term (G2 = 0: the control where it must give
+    linear speedup). Perturbations: ``shared_noise`` (one noise draw shared by every client: independence
+    broken); ``drop_noise_term`` (C1's 2 sigma_l^2 dropped, a mis-transcribed constant)."""
     prob = make_quadratics(N, d, shared=True, L=1.0, mu=0.5, spread=0.0, seed=seed)
     floors, KS = [], []
     for K in Ks:
         eta_l = etaLK / (K * prob.L)
         B = len(Ss) * R
         r = simulate(prob, alpha=alpha, K=K, eta_l=eta_l, eta_g=eta_geff / (eta_l * K), T=T,
-                     S=[s for s in Ss for _ in range(R)], sigma=sigma, B=B, seed=seed + K, x0=prob.x_star)
+                     S=[s for s in Ss for _ in range(R)], sigma=sigma, B=B, seed=seed + K, x0=prob.x_star,
+                     shared_noise=shared_noise)
         fl = (prob.f(r["x"][T // 3:]) - prob.f_star).mean(0).reshape(len(Ss), R).mean(1)
         floors += fl.tolist()
         KS += [K * s for s in Ss]
     k = loglog_slope(KS, floors)
     # the bound's leading term with the smallest admissible G (= ||grad f(x0)|| at a unit-distance x0)
     x0 = prob.x_star + torch.ones(d, dtype=DT) / math.sqrt(d)
-    G2 = float(prob.grad_f(x0).pow(2).sum())
-    lead = [math.sqrt(1.0 * sum(app_b_constants(prob.L, G2, 0.0, d * sigma ** 2, K, s, N, alpha).values())
-                      / (K * s * T)) for K in Ks for s in Ss]
+    G2 = float(prob.grad_f(x0).pow(2).sum()) if G2 is None else G2
+    sl2 = d * sigma ** 2
+    lead = [math.sqrt(1.0 * (sum(app_b_constants(prob.L, G2, 0.0, sl2, K, s, N, alpha).values())
+                             - (2 * sl2 if drop_noise_term else 0.0)) / (K * s * T)) for K in Ks for s in Ss]
     kb = loglog_slope(KS, lead)
     o = np.argsort(KS, kind="stable")
     xs, fl, ld = np.asarray(KS)[o], np.asarray(floors)[o], np.asarray(lead)[o]
     fig = save_figure(out_dir, f"{PAPER}_speedup_KS.png", {"noise floor": (xs, fl), "Thm 5.1 leading term":
                       (xs, ld)}, xlabel="K*S", ylabel="value", title="FedCM: linear speedup in K*S?",
                       ref=(-1.0, xs, fl))
-    det = {"KS": KS, "floors": floors, "bound_lead": lead, "G2_min_admissible": G2,
+    det = {"KS": KS, "floors": floors, "bound_lead": lead, "G2_min_admissible": G2, "shared_noise": shared_noise,
+           "drop_noise_term": drop_noise_term,
            "sigma_l2": d * sigma ** 2,
            "eta_geff": eta_geff, "eta_l_K_L": etaLK, "alpha": alpha, "N": N}
     return [_claim("speedup-noise-floor", "linear speedup in K*S of the local-noise term",
@@ -502,21 +579,27 @@ def check_speedup_KS(N=16, d=5, Ks=(1, 4, 16), Ss=(1, 4, 16), T=150, sigma=1.0, 
                    det, fig),
             _claim("speedup-bound", "Thm 5.1's bound gives O(1/(K S eps^2)) rounds (linear speedup)",
                    "Thm 5.1 and the remark after it", "leading term slope -1/2 in K*S",
-                   f"leading-term slope {kb:.2f} (10 G^2 in C1/(KS) does not shrink)",
+                   f"leading-term slope {kb:.2f} at G^2 = {G2:.3g}" + (" (10 G^2 in C1/(KS) does not shrink)"
+                                                                    if G2 > 0 else ""),
                    slope(kb, -0.5, 0.1), kb,
                    det)]
 
 
 def check_participation(S=10, Ns=(20, 200), d=5, K=10, T=150, sigma=0.5, alpha=0.1, eta_l=0.05, R=8, seed=0,
-                        out_dir=None) -> Claim:
+                        out_dir=None, client_weight=None) -> Claim:
     """Participation robustness at fixed S (Tables 1-2, setting I vs II): at the lowest participation S/N,
     FedCM should beat FedAvg (alpha = 1) and SCAFFOLD. T2 quadratics with noise, one common untuned lr;
-    error = f(x_t) - f* averaged over the last third of the rounds, mean +- SE over R runs."""
+    error = f(x_t) - f* averaged over the last third of the rounds, mean +- SE over R runs. ``client_weight``
+    (a perturbation): FedCM's server average weighs the sampled clients by it (a skewed weight, ``skewed``)."""
     errs, ses = {"FedCM": [], "FedAvg": [], "SCAFFOLD": []}, {"FedCM": [], "FedAvg": [], "SCAFFOLD": []}
     for N in Ns:
         prob = make_quadratics(N, d, shared=False, seed=seed)
         r = simulate(prob, alpha=[alpha] * R + [1.0] * R, K=K, eta_l=eta_l, T=T, S=S, sigma=sigma, B=2 * R,
                      seed=seed)
+        if client_weight is not None:
+            w = client_weight(N) if callable(client_weight) else client_weight
+            r["x"][:, :R] = simulate(prob, alpha=alpha, K=K, eta_l=eta_l, T=T, S=S, sigma=sigma, B=R, seed=seed,
+                                     client_weight=w)["x"]
         sc = simulate(prob, K=K, eta_l=eta_l, T=T, S=S, sigma=sigma, B=R, seed=seed, algo="scaffold")
         for m, x in (("FedCM", r["x"][:, :R]), ("FedAvg", r["x"][:, R:]), ("SCAFFOLD", sc["x"])):
             e = (prob.f(x[-(T // 3):]) - prob.f_star).mean(0)                   # [R]
@@ -545,7 +628,7 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
               check_second_moments_B11(seed=seed, T=40 if quick else 100)]
     claims += check_dispersion(seed=seed, out_dir=out_dir)
     claims += check_fixed_point_bias(seed=seed, out_dir=out_dir)
-    claims += check_alpha_tradeoff(seed=seed, T=T, out_dir=out_dir)
+    claims += check_alpha_tradeoff(seed=seed, out_dir=out_dir)        # the full design in quick too (R = 8 paired)
     claims.append(check_convex_rate(seed=seed, out_dir=out_dir, Ts=Ts))
     claims.append(check_strongly_convex_rate(seed=seed, out_dir=out_dir, Ts=Ts))
     claims += check_speedup_KS(seed=seed, T=T, out_dir=out_dir)
@@ -555,8 +638,32 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
 
 
 PERTURBATIONS = {
-    "fp-bias-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
-                       lambda seed: check_fixed_point_bias(seed=seed, alpha_ignored=True)),
+    "B.8-drift": ("the local step ignores alpha (FedAvg steps) while the bound is evaluated at alpha = 0.01 (at the "
+                  "row's alpha = 0.1 the drift rises but stays under the bound: not caught there)",
+                  lambda seed: [check_drift_B8(seed=seed, T=40, alpha=0.01, alpha_run=1.0)]),
+    "B.9-B.11-moments": ("assumption A4 broken: the runs' gradient noise is 100x the sigma the bound is given (the "
+                         "10 G^2 term of B.9 absorbs a 30x noise: not caught there)",
+                         lambda seed: [check_second_moments_B11(seed=seed, T=40, noise_run=100.0)]),
     "disp-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
                     lambda seed: check_dispersion(seed=seed, alpha_ignored=True)),
+    "fp-bias-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
+                       lambda seed: check_fixed_point_bias(seed=seed, alpha_ignored=True)),
+    "alpha-U-shape": ("Alg. 2 line 8 without the alpha on the gradient (v = g + (1 - alpha) Delta): a small alpha "
+                      "over-steps and alpha = 1 wins",
+                      lambda seed: check_alpha_tradeoff(seed=seed, alpha_grad=False)),
+    "rate-convex": ("every local gradient carries a constant bias of norm 0.3 (unbiased gradients, A4, broken): the "
+                    "error plateaus", lambda seed: [check_convex_rate(seed=seed, Ts=(100, 200, 400), grad_bias=0.3)]),
+    "rate-strongly-convex": ("wrong aggregation weight: the server average weighs client i by i + 1",
+                             lambda seed: [check_strongly_convex_rate(seed=seed, Ts=(100, 200, 400),
+                                                                      client_weight=skewed(10))]),
+    "speedup-noise-floor": ("one gradient-noise draw shared by every client (independence across clients broken): "
+                            "the floor no longer falls with S", lambda seed: check_speedup_KS(seed=seed, T=100,
+                                                                                              shared_noise=True)),
+    "speedup-bound": ("in the control G^2 = 0, where the leading term does give slope -1/2, C1's 2 sigma_l^2 "
+                      "dropped (a mis-transcribed constant; the row itself is violated unperturbed)",
+                      lambda seed: check_speedup_KS(seed=seed, T=100, G2=0.0, drop_noise_term=True)),
+    "participation": ("wrong aggregation weight in FedCM's server average (client i weighted i + 1), at N = 20; the "
+                      "row is violated unperturbed at every N (SCAFFOLD best) and no configuration where FedCM is "
+                      "best was found, so this run shows only that FedCM now loses to FedAvg as well",
+                      lambda seed: [check_participation(seed=seed, Ns=(20,), T=100, client_weight=skewed)]),
 }

@@ -53,7 +53,8 @@ ROWS = {
         ("bound9", "Theorem 4.3's multi-round bound (9) as a whole", "Thm 4.3 / Eq. (9)",
          "constant not given: A and B in (9) are O~(sqrt(C(M)/|Z_k,r|) + sigma^2/(mu tau) + L/mu) and "
          "O~(E delta_k + sigma^2/(mu tau) + L/mu), hidden constants and log factors, and the model-class "
-         "complexity C(M) is not defined for a number; its tau trend is checked above"),
+         "complexity C(M) is not defined for a number; its tau trend and its proof's explicit line, Eq. (57), "
+         "are checked above"),
     ],
     "fedinit": [
         ("optimal-K", "accuracy is non-monotone in the local steps K", "Fig. 1a", IMAGE),
