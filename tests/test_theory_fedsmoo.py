@@ -101,6 +101,7 @@ def test_thm41_bound_rate_and_participation_flip():
     assert rate_c.value == pytest.approx(-1.0, abs=0.1)
     ctl = rate_c.details["control_fixed_r_fit_95"]                     # a fixed r decays as 1/T here too,
     assert (rate_c.verdict == INCONCLUSIVE) == (ctl[1] - 0.15 <= -1.0 <= ctl[2] + 0.15)   # so no verdict
+    assert rate_c.kind == ("vacuous at this scale" if rate_c.verdict == INCONCLUSIVE else "finding")
     out_b, out_r = F.check_thm41(Ts=(200, 400), n_active=10)            # n <= 2m/3: q < 0, outside
     assert out_b.verdict == OUTSIDE and out_r.verdict == OUTSIDE
 
@@ -138,6 +139,34 @@ def test_flatness_sharp_flat_toy():
 def test_unknown_method_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown method"):
         F.simulate(F.make_toy(4, 3), method="fedsmo", T=1)
+    with pytest.raises(ValueError, match="unknown fault"):
+        F.simulate(F.make_toy(4, 3), T=1, fault="sign")
+
+
+# ---- power: the perturbations the rows must catch (tests/test_theory_power.py runs each declared one) -----
+def test_beta_zeta_check_is_sharp_at_the_threshold():
+    """The check holds just inside zeta > 0 and is violated just outside: it is not violated by construction."""
+    thr = F.zeta_threshold(20, 20)
+    assert F.check_zeta_at_stated_beta(betaL=0.98 * thr).verdict == HOLDS
+    assert F.check_zeta_at_stated_beta(betaL=1.02 * thr).verdict == VIOLATED
+
+
+def test_faults_touch_only_their_part():
+    """FedAvg is unchanged by every fault; FedSMOO without its fault equals the default run; each fault changes it."""
+    prob, kw = F.make_toy(6, 4, seed=2), {"T": 8, "K": 3, "eta": 0.05, "beta": 2.0, "r": 0.1}
+    avg = F.simulate(prob, method="fedavg", **kw)["w"]
+    ref = F.simulate(prob, **kw)["w"]
+    for fault in F.FAULTS:
+        assert torch.equal(F.simulate(prob, method="fedavg", fault=fault, **kw)["w"], avg)
+        assert float((F.simulate(prob, fault=fault, **kw)["w"] - ref).abs().max()) > 1e-6, fault
+
+
+def test_lemma_c6_with_all_clients_is_a_sanity_check_and_c5_catches_a_missing_dual():
+    rows = {c.id: c for c in F.check_lemmas(T=40)}
+    assert rows["C6-drift"].kind == "sanity check" and rows["C5-upsilon"].kind == "finding"
+    assert {c.id: c.verdict for c in F.check_lemmas(T=40, fault="no_dual")}["C5-upsilon"] == VIOLATED
+    # at beta L = 0.2 the lemma's 36 b^2 L^2 delta term pays for the missing correction: no power there
+    assert {c.id: c.verdict for c in F.check_lemmas(T=40, betaL=0.2, fault="no_dual")}["C5-upsilon"] == HOLDS
 
 
 def test_pac_bayes_norms_closed_form():
