@@ -153,3 +153,33 @@ def test_thm1_delta_is_an_observation_not_the_bound():
     cl = {c.id: c for c in F.check_thm1(Ts=(100, 200))}
     assert cl["thm1-delta"].kind == "observation" and cl["thm1-fedlesam"].kind == "finding"
     assert cl["thm1-fedlesam"].slack == pytest.approx(1 / cl["thm1-fedlesam"].value)
+
+
+# ---- power: each declared perturbation is caught (tests/test_theory_power.py); here, that it is the perturbation
+# ---- that does it: the same run without it is not "violated" ------------------------------------------------
+@pytest.mark.parametrize("row", sorted(F.POWER))
+def test_the_unperturbed_run_of_each_power_check_is_not_violated(row):
+    c = next(c for c in F.CONTROLS[row](0) if c.id == row)
+    assert c.verdict != VIOLATED, (c.verdict, c.measured)
+
+
+def test_perturbations_said_not_to_be_caught_are_not():
+    """The texts of rho-tradeoff and flatness say a sign-flipped perturbation is NOT caught: it is not."""
+    assert F.check_rho_tradeoff(sign=-1.0).verdict == HOLDS                  # larger |rho| still hinders
+    assert F.check_flatness(R=16, sign=-1.0).verdict != VIOLATED              # basin selection unchanged
+
+
+def test_simulate_switches_break_only_what_they_say():
+    """sign = -1 is FedLESAM / FedSAM with -rho; normalise = False is FedSAM with rho g (checked by hand)."""
+    prob = make_quadratics(4, 3, shared=False, seed=2)
+    kw = {"T": 3, "E": 2, "eta_l": 0.1, "rho": 0.2, "w0": prob.x_star + 1.0}
+    for method in ("fedsam", "fedlesam"):
+        flip = F.simulate(prob, method=method, sign=-1.0, **kw)["w"]
+        assert torch.equal(flip, F.simulate(prob, method=method, **{**kw, "rho": -0.2})["w"])
+    x = kw["w0"].expand(4, 3)
+    for _ in range(2):                                                        # one round of rho g, by hand
+        g = prob.grad(x)
+        x = x - 0.1 * prob.grad(x + 0.2 * g)
+    raw = F.simulate(prob, method="fedsam", normalise=False, **{**kw, "T": 1})["w"][-1]
+    assert torch.allclose(raw, x.mean(0), atol=1e-14, rtol=0) and not torch.allclose(raw, F.simulate(
+        prob, method="fedsam", **{**kw, "T": 1})["w"][-1])

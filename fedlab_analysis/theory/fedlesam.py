@@ -32,14 +32,18 @@ PAPER = "fedlesam"
 
 def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l=0.05, eta_g=1.0, rho=0.05,
              n_active: int | None = None, sigma: float = 0.0, w_old: str = "paper", first: str = "zero",
-             w0: torch.Tensor | None = None, seed: int = 0, probe: bool = False) -> dict:
+             w0: torch.Tensor | None = None, seed: int = 0, probe: bool = False, track: bool = False,
+             sign: float = 1.0, normalise: bool = True) -> dict:
     """Algorithm 1 of FedLESAM for FedAvg / FedSAM / FedLESAM; ``rho``, ``eta_l``, ``eta_g`` may hold one
-    value per run (then w0 is [B, d]). Returns w [T+1, ..., d]; D [T, ..., E] (Lemma 2:
-    (1/|S|) sum_i ||delta_{i,k} - delta_{i,0}||^2); drift [T, ..., E] (Lemma 4:
-    (1/|S|) sum_i ||w_{i,k} - w^t||^2); active [T, m]; with ``probe`` also PD [T] (Sec. 4.1 with unit
-    vectors: (1/(2|S|E)) sum_{k,i} ||unit grad F(w_{g,k}) - unit delta_{i,k}||, w_{g,k} the virtual global
-    model) and est: (round, client,
-    staleness, cos(w_i^old - w^t, grad F(w^t))) for every participation with a stored w_i^old."""
+    value per run (then w0 is [B, d]). Returns w [T+1, ..., d] and active [T, m]; with ``track`` also
+    D [T, ..., E] (Lemma 2: (1/|S|) sum_i ||delta_{i,k} - delta_{i,0}||^2) and drift [T, ..., E] (Lemma 4:
+    (1/|S|) sum_i ||w_{i,k} - w^t||^2); with ``probe`` also PD [T] (Sec. 4.1 with unit vectors:
+    (1/(2|S|E)) sum_{k,i} ||unit grad F(w_{g,k}) - unit delta_{i,k}||, w_{g,k} the virtual global model) and
+    est: (round, client, staleness, cos(delta_i, grad F(w^t))) for every participation with a stored
+    w_i^old (delta_i = rho unit(w_i^old - w^t), eq. (3)).
+    Two switches exist only to break the algorithm on purpose (the perturbations of ``PERTURBATIONS``):
+    ``sign = -1`` flips the perturbation (descent along the estimate / the gradient instead of ascent) and
+    ``normalise = False`` drops FedSAM's normalisation (rho g instead of rho g / ||g||)."""
     if method not in ("fedavg", "fedsam", "fedlesam"):
         raise ValueError(f"unknown method {method!r}; choose fedavg, fedsam or fedlesam")
     m, d = prob.n, prob.d
@@ -48,48 +52,63 @@ def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l
     batch = w.shape[:-1]
     rho, eta_l, eta_g = (per_run(v, batch) for v in (rho, eta_l, eta_g))
     rho, eta_li = (v.unsqueeze(-1) if v.dim() else v for v in (rho, eta_l))      # per client row
+    rho = sign * rho
     old = torch.zeros(*batch, m, d, dtype=DT)                   # w_i^old (0 = the paper's initialisation)
     last = torch.full((m,), -1)                                 # round of each client's last participation
     w_prev = None
     masks = active_masks(m, n_active, T, seed)
+
+    def over_active(v, dim=-1):                                  # mean over the round's active clients
+        return v.mean(dim) if full else v.index_select(dim, idx).mean(dim)
+
     ws, Ds, drifts, pds, est = [w], [], [], [], []
     for t in range(T):
         act = masks[t]
-        x = w.unsqueeze(-2).expand(*batch, m, d).clone()
+        full, idx = bool(act.all()), act.nonzero().squeeze(-1)
+        wc = w.unsqueeze(-2)
+        x = wc.expand(*batch, m, d).clone()
         if method == "fedlesam":                                 # eq. (3), constant during the round
             ref = old if w_old == "paper" else (w if w_prev is None else w_prev).unsqueeze(-2)
-            delta_c = rho * unit(ref - w.unsqueeze(-2)).expand(*batch, m, d)
+            delta_c = rho * unit(ref - wc).expand(*batch, m, d)
             seen = (last >= 0) if w_old == "paper" else torch.full((m,), w_prev is not None)
             if first == "zero":
                 delta_c = torch.where(seen.unsqueeze(-1), delta_c, torch.zeros_like(delta_c))
             if probe and w_old == "paper":
-                c = cos(ref - w.unsqueeze(-2), prob.grad_f(w).unsqueeze(-2)).reshape(-1, m).mean(0)
+                c = cos(delta_c, prob.grad_f(w).unsqueeze(-2)).reshape(-1, m).mean(0)
                 est += [(t, i, t - int(last[i]), float(c[i])) for i in range(m) if act[i] and last[i] >= 0]
         D_k, dr_k, pd = [], [], 0.0
         for k in range(E):
-            xi = sigma * torch.randn(*batch, m, d, generator=gen, dtype=DT) if sigma else 0.0
+            xi = sigma * torch.randn(*batch, m, d, generator=gen, dtype=DT) if sigma else None
             if method == "fedavg":
-                delta = torch.zeros_like(x)
-            elif method == "fedsam":
-                delta = rho * unit(prob.grad(x) + xi)
+                delta = torch.zeros_like(x) if track else 0.0
+            elif method == "fedsam":                             # same noise draw for ascent and descent
+                g = prob.grad(x) if xi is None else prob.grad(x) + xi
+                delta = rho * (unit(g) if normalise else g)
             else:
                 delta = delta_c
-            if k == 0:
-                delta0 = delta
-            D_k.append((delta - delta0).pow(2).sum(-1)[..., act].mean(-1))
+            if track:
+                if k == 0:
+                    delta0 = delta
+                D_k.append(over_active((delta - delta0).pow(2).sum(-1)))
             if probe and method != "fedavg":
-                wg = w + eta_g * (x - w.unsqueeze(-2))[..., act, :].mean(-2)       # virtual global model
+                wg = w + eta_g * over_active(x - wc, -2)                       # virtual global model
                 gap = (unit(prob.grad_f(wg)).unsqueeze(-2) - unit(delta)).norm(dim=-1)
-                pd = pd + float(gap[..., act].mean()) / (2 * E)
-            x = x - eta_li * (prob.grad(x + delta) + xi)
-            dr_k.append((x - w.unsqueeze(-2)).pow(2).sum(-1)[..., act].mean(-1))
+                pd = pd + over_active(gap).mean()
+            g = prob.grad(x + delta)
+            x = x - eta_li * (g if xi is None else g + xi)
+            if track:
+                dr_k.append(over_active((x - wc).pow(2).sum(-1)))
         if method == "fedlesam" and w_old == "paper":
-            old = torch.where(act.unsqueeze(-1), w.unsqueeze(-2).expand_as(old), old)   # w_i^old <- w^t
+            old = torch.where(act.unsqueeze(-1), wc.expand_as(old), old)               # w_i^old <- w^t
         last = torch.where(act, t, last)
-        w_prev, w = w, w + eta_g * (x - w.unsqueeze(-2))[..., act, :].mean(-2)
-        ws.append(w), Ds.append(torch.stack(D_k, -1)), drifts.append(torch.stack(dr_k, -1)), pds.append(pd)
-    return {"w": torch.stack(ws), "D": torch.stack(Ds), "drift": torch.stack(drifts), "active": masks,
-            "PD": torch.tensor(pds, dtype=DT), "est": est}
+        w_prev, w = w, w + eta_g * over_active(x - wc, -2)
+        ws.append(w), pds.append(float(pd) / (2 * E))
+        if track:
+            Ds.append(torch.stack(D_k, -1)), drifts.append(torch.stack(dr_k, -1))
+    out = {"w": torch.stack(ws), "active": masks, "PD": torch.tensor(pds, dtype=DT), "est": est}
+    if track:
+        out |= {"D": torch.stack(Ds), "drift": torch.stack(drifts)}
+    return out
 
 
 def _claim(id, claim, where, expected, measured, verdict, value, details, figure=None, **kw) -> Claim:
@@ -130,16 +149,21 @@ def ball_max(A: torch.Tensor, g: torch.Tensor, rho: float, iters: int = 200):
     return val, (Q @ up.unsqueeze(-1)).squeeze(-1)
 
 
-def sam_losses(prob, x: torch.Tensor, rho: float) -> tuple[torch.Tensor, torch.Tensor]:
+def sam_losses(prob, x: torch.Tensor, rho: float, sign: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. (2) mean_i max_{||d|| <= rho} F_i(x + d) and Eq. (1) max_{||d|| <= rho} F(x + d), exactly, at
-    x [..., d] (quadratics: F_i(x + d) = F_i(x) + g_i^T d + 1/2 d^T A_i d)."""
-    local = prob.loss(prob.at(x)) + ball_max(prob.A, prob.grads_at(x), rho)[0]
-    glob = prob.f(x) + ball_max(prob.A_bar, prob.grad_f(x), rho)[0]
+    x [..., d] (quadratics: F_i(x + d) = F_i(x) + g_i^T d + 1/2 d^T A_i d). ``sign = -1`` (a perturbation)
+    evaluates each objective at its maximiser reflected, F(x - d*): SAM's ascent flipped."""
+    def inner(A, g):
+        val, u = ball_max(A, g, rho)
+        return val if sign == 1 else val - 2 * (g * u).sum(-1)        # g^T(-u) + 1/2 u^T A u
+
+    local = prob.loss(prob.at(x)) + inner(prob.A, prob.grads_at(x))
+    glob = prob.f(x) + inner(prob.A_bar, prob.grad_f(x))
     return local.mean(-1), glob
 
 
 def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), points=64, seed=0,
-                 out_dir=None) -> list[Claim]:
+                 out_dir=None, sign: float = 1.0) -> list[Claim]:
     """Eq. (1) vs (2): at aligned models (w_i = w) the local-SAM objective upper-bounds the global one
     (E max >= max E); the gap grows with heterogeneity (spread of the client centres) and with rho. Exact
     inner maxima; w drawn around the minimiser."""
@@ -150,7 +174,7 @@ def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), poin
         prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=sp, seed=seed)
         x = prob.x_star + torch.randn(points, d, generator=gen, dtype=DT)
         for b, rho in enumerate(rhos):
-            loc, glo = sam_losses(prob, x, rho)
+            loc, glo = sam_losses(prob, x, rho, sign)
             worst = min(worst, float((loc - glo).min()))
             gaps[a, b] = float((loc - glo).mean())
     mono = bool((np.diff(gaps, axis=0) > 0).all() and (np.diff(gaps, axis=1) > 0).all())
@@ -173,18 +197,19 @@ def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), poin
 # ---------------------------------------------------------------------------------------------------
 # Lemmas 2, 3, 4
 # ---------------------------------------------------------------------------------------------------
-def check_lemma2(n=10, d=20, T=30, E=10, eta_l=0.05, rho=0.05, sigmas=(0.0, 0.1, 0.5), seed=0) -> list[Claim]:
+def check_lemma2(n=10, d=20, T=50, E=10, eta_l=0.05, rho=0.05, sigmas=(0.0, 0.1, 0.5), seed=0,
+                 normalise: bool = True) -> list[Claim]:
     """Lemma 2: FedSAM's in-round perturbation difference (1/N) sum_i E||delta_{i,k} - delta_{i,0}||^2
     <= 2 E^2 L^2 eta_l^2 rho^2 (K read as E); FedLESAM's is exactly 0. Exact gradients: the max over rounds
     and k; with noise: the mean over rounds (the expectation) of the max over k. Lemma 2 is stated under
     A1-A2, and A1's unit-gradient variance is always bounded, so the noisy runs are inside it."""
     prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.05, spread=1.0, seed=seed)
     lim = 2 * E ** 2 * prob.L ** 2 * eta_l ** 2 * rho ** 2
-    kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "w0": prob.x_star + 3.0, "seed": seed}
-    les = max(float(simulate(prob, method="fedlesam", sigma=s, **kw)["D"].max()) for s in sigmas)
+    kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "w0": prob.x_star + 3.0, "seed": seed, "normalise": normalise}
+    les = max(float(simulate(prob, method="fedlesam", sigma=s, track=True, **kw)["D"].max()) for s in sigmas)
     sam = {}
     for s in sigmas:
-        D = simulate(prob, method="fedsam", sigma=s, **kw)["D"]
+        D = simulate(prob, method="fedsam", sigma=s, track=True, **kw)["D"]
         sam[s] = float(D.max()) if s == 0 else float(D.max(-1).values.mean())
     det = {"n": n, "d": d, "T": T, "E": E, "eta_l": eta_l, "rho": rho, "L": prob.L, "bound": lim,
            "fedsam": sam}
@@ -225,7 +250,7 @@ def check_lemma3(n=10, d=5, points=256, rho=0.1, spread=1.0, seed=0) -> Claim:
                   slack=slack(ratio, 1.0))
 
 
-def check_lemma4(n=10, d=5, T=40, E=10, rho=0.05, spread=1.0, seed=0, local_sign=1.0) -> Claim:
+def check_lemma4(n=10, d=5, T=60, E=10, rho=0.05, spread=1.0, seed=0, local_sign=1.0) -> Claim:
     """Lemma 4 with eta_l = 1/(10 E L) (its condition), exact gradients (sigma_l = 0), shared Hessian (exact
     sigma_g): (1/N) sum_i ||w_{i,k} - w^t||^2 <= 5 E eta_l^2 (6E(3 sigma_g^2 + 6 L^2 rho^2)
     + 6E ||grad F(w~)||^2 + 12 E L^2 eta_l^2 D), with w~ read as w^t and D the Lemma-2 term."""
@@ -235,7 +260,7 @@ def check_lemma4(n=10, d=5, T=40, E=10, rho=0.05, spread=1.0, seed=0, local_sign
     ratios = {}
     for meth in ("fedsam", "fedlesam"):
         tr = simulate(prob, method=meth, T=T, E=E, eta_l=local_sign * eta, rho=rho, w0=prob.x_star + 3.0,
-                      seed=seed)
+                      seed=seed, track=True)
         g2 = prob.grad_f(tr["w"][:-1]).pow(2).sum(-1)
         rhs = 5 * E * eta ** 2 * (6 * E * (3 * sg2 + 6 * L ** 2 * rho ** 2) + 6 * E * g2
                                   + 12 * E * L ** 2 * eta ** 2 * tr["D"].max(-1).values)
@@ -263,10 +288,13 @@ def thm1_rhs(method: str, T: int, E: int, N: int, L: float, F0: float, rho: floa
             + delta + r2 * sl2 / (C * math.sqrt(T * E * N)))
 
 
-def fedsam_limit(prob, rho: float, iters: int = 50) -> torch.Tensor:
+def fedsam_limit(prob, rho: float, iters: int = 50, weights: torch.Tensor | None = None) -> torch.Tensor:
     """The point FedSAM tends to as eta_l -> 0 at fixed rho: the zero next to the minimiser of
-    G(w) = mean_i grad F_i(w + rho unit(grad F_i(w))) (Newton with the exact Jacobian of G)."""
-    G = lambda w: prob.grad(prob.at(w) + rho * unit(prob.grads_at(w))).mean(-2)
+    G(w) = mean_i grad F_i(w + rho unit(grad F_i(w))) (Newton with the exact Jacobian of G). ``weights``
+    [n] (a perturbation) replaces the server's uniform mean by a weighted one."""
+    p = torch.full((prob.n, 1), 1 / prob.n, dtype=DT) if weights is None else torch.as_tensor(
+        weights, dtype=DT).reshape(-1, 1) / float(sum(weights))
+    G = lambda w: (p * prob.grad(prob.at(w) + rho * unit(prob.grads_at(w)))).sum(-2)
     w = prob.x_star.clone()
     for _ in range(iters):
         g = G(w)
@@ -277,13 +305,14 @@ def fedsam_limit(prob, rho: float, iters: int = 50) -> torch.Tensor:
 
 
 def check_thm1(n=10, d=5, E=10, rho=0.05, Ts=(100, 400, 1600), spread=1.0, seed=0,
-               out_dir=None, server_sign: float = 1.0) -> list[Claim]:
+               out_dir=None, server_sign: float = 1.0, weights=None) -> list[Claim]:
     """Theorem 1 with eta_l = 1/(sqrt(T) E L), eta_g = sqrt(E N), full participation, exact gradients
     (sigma_l = 0), a shared Hessian (A2's sigma_g exact): LHS (1/T) sum_{t=1}^T ||grad F(w^{t+1})|| (printed;
     the squared form is in the details) against the printed RHS for FedSAM and FedLESAM (w^old = w^{t-1});
     Delta's sign; and the limit T -> inf: with rho fixed the RHS -> 0, while FedSAM tends to a point with
     grad F != 0. Regime: C = 1/2 - 30/T > 0 (T > 60) and Lemma 4's eta_l <= 1/(10EL) (T >= 100).
-    ``server_sign = -1`` (a perturbation) flips the sign of the server step."""
+    ``server_sign = -1`` (a perturbation) flips the sign of the server step; ``weights`` [n] (a perturbation)
+    makes the server's mean a weighted one in the fixed point of ``thm1-independent-rho``."""
     prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
     L, w0 = prob.L, prob.x_star + 2.0
     F0, sg2 = float(prob.f(w0) - prob.f_star), sigma_g2_max(prob, prob.x_star)
@@ -299,7 +328,7 @@ def check_thm1(n=10, d=5, E=10, rho=0.05, Ts=(100, 400, 1600), spread=1.0, seed=
                         "rhs": thm1_rhs(meth, T, E, n, L, F0, rho, sg2), "final_grad": float(gn[-1])})
     in_reg = all(T >= 100 for T in Ts)
     worst = {k: max(r["lhs"] / r["rhs"] for r in v) for k, v in rows.items()}
-    floor = float(prob.grad_f(fedsam_limit(prob, rho)).norm())
+    floor = float(prob.grad_f(fedsam_limit(prob, rho, weights=weights)).norm())
     T_star = (10 * L * F0 / (0.5 * floor)) ** 2 / (E * n) if floor > 0 else float("inf")   # 1st term = floor
     det = {"n": n, "d": d, "E": E, "rho": rho, "L": L, "F0_gap": F0, "sigma_g2": sg2, "sigma_l2": 0.0,
            "rows": rows, "fedsam_limit_grad_norm": floor, "T_star_estimate": T_star}
@@ -334,7 +363,7 @@ def check_thm1(n=10, d=5, E=10, rho=0.05, Ts=(100, 400, 1600), spread=1.0, seed=
 
 
 def check_rho_tradeoff(n=10, d=5, E=10, T=200, rhos=(0.01, 0.05, 0.2, 0.5), spread=1.0, seed=0,
-                       out_dir=None) -> Claim:
+                       out_dir=None, sign: float = 1.0) -> Claim:
     """Sec. 5.2 / Fig. 4: a larger rho slows convergence: (1/T) sum ||grad F(w^{t+1})|| at fixed T grows
     with rho (Theorem 1's schedule for eta_l and eta_g)."""
     prob = make_quadratics(n, d, shared=True, L=1.0, mu=0.1, spread=spread, seed=seed)
@@ -343,7 +372,7 @@ def check_rho_tradeoff(n=10, d=5, E=10, T=200, rhos=(0.01, 0.05, 0.2, 0.5), spre
     lhs = {}
     for meth in ("fedsam", "fedlesam"):
         w = simulate(prob, method=meth, T=T, E=E, eta_l=eta_l, eta_g=eta_g, rho=list(rhos), w0=w0,
-                     seed=seed)["w"]
+                     seed=seed, sign=sign)["w"]
         lhs[meth] = prob.grad_f(w[1:]).norm(dim=-1).mean(0).tolist()
     mono = all(np.all(np.diff(v) > 0) for v in lhs.values())
     fig = save_figure(out_dir, f"{PAPER}_rho-tradeoff.png", {k: (rhos, v) for k, v in lhs.items()},
@@ -426,18 +455,18 @@ def check_thm2(n=10, d=20, etas=(3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
 # the estimator beyond the theorem, perturbation drift, flatness
 # ---------------------------------------------------------------------------------------------------
 def check_estimator(n=20, n_active=5, d=10, T=200, E=10, eta_l=0.02, rho=0.05, spread=1.0, seed=0,
-                    out_dir=None) -> list[Claim]:
+                    out_dir=None, sign: float = 1.0) -> list[Claim]:
     """Eq. (3) under partial participation: cos(w_i^old - w^t, grad F(w^t)) for every participation, in the
     transient (rounds with ||grad F(w^t)|| above 10x its median over the last half) and near convergence
     (the last half), and by staleness (rounds since the client's previous participation). The estimate
     should point along the global gradient: mean cos > 0.5 holds, < 0 is a violation."""
     prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=spread, seed=seed)
     tr = simulate(prob, T=T, E=E, eta_l=eta_l, rho=rho, n_active=n_active, w0=prob.x_star + 3.0, seed=seed,
-                  probe=True)
+                  probe=True, sign=sign)
     est, gn = np.array(tr["est"]), prob.grad_f(tr["w"][:-1]).norm(dim=-1).numpy()
     transient = gn > 10 * np.median(gn[T // 2:])
     phase = {"early": est[transient[est[:, 0].astype(int)]], "late": est[est[:, 0] >= T / 2]}
-    mc = {k: float(v[:, 3].mean()) for k, v in phase.items()}
+    mc = {k: float(v[:, 3].mean()) if len(v) else math.nan for k, v in phase.items()}   # nan: no such round
 
     def by_staleness(rows):
         s = np.minimum(rows[:, 2], 8)
@@ -462,15 +491,16 @@ def check_estimator(n=20, n_active=5, d=10, T=200, E=10, eta_l=0.02, rho=0.05, s
 
 
 def check_pd(n=20, d=10, T=100, E=10, eta_l=0.02, rho=0.05, settings=((None, 0.0), (None, 0.5), (5, 0.0)),
-             spread=1.0, seed=0) -> Claim:
+             spread=1.0, seed=0, sign: float = 1.0) -> Claim:
     """Sec. 4.1 / Fig. 2 left: perturbation drift PD (unit vectors) is smaller for FedLESAM than for FedSAM,
-    in every setting (n_active, sigma), averaged over rounds 1..T-1."""
+    in every setting (n_active, sigma), averaged over rounds 1..T-1. ``sign = -1`` (a perturbation) flips
+    FedLESAM's perturbation only."""
     prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=spread, seed=seed)
     res = []
     for n_act, sig in settings:
         kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "n_active": n_act, "sigma": sig,
               "w0": prob.x_star + 3.0, "seed": seed, "probe": True}
-        pd = {meth: float(simulate(prob, method=meth, **kw)["PD"][1:].mean())
+        pd = {meth: float(simulate(prob, method=meth, sign=sign if meth == "fedlesam" else 1.0, **kw)["PD"][1:].mean())
               for meth in ("fedsam", "fedlesam")}
         res.append({"n_active": n_act or n, "sigma": sig, **pd})
     ok = all(r["fedlesam"] < r["fedsam"] for r in res)
@@ -484,13 +514,15 @@ def check_pd(n=20, d=10, T=100, E=10, eta_l=0.02, rho=0.05, settings=((None, 0.0
 
 
 def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, E=10, eta_l=0.01, rho=0.2, rel_margin=0.05,
-                   seed=0) -> Claim:
+                   seed=0, sign: float = 1.0, lesam: str = "fedlesam") -> Claim:
     """Sec. 6.2 / Fig. 2 (right) at toy scale: on the 1-D sharp/flat landscape FedLESAM's final global model
     is flatter (lower lambda_max of grad^2 f, averaged over R starts) than both FedSAM's and FedAvg's; the
-    relative gain over the flatter baseline must exceed ``rel_margin``."""
+    relative gain over the flatter baseline must exceed ``rel_margin``. Perturbations: ``sign = -1`` flips
+    FedLESAM's perturbation; ``lesam = "fedsam"`` runs FedSAM's local ascent in FedLESAM's place."""
     prob = make_sharp_flat(n, 1, het=het, spread=spread, seed=seed)
     kw = {"T": T, "E": E, "eta_l": eta_l, "rho": rho, "seed": seed}
-    res = flatness_runs(prob, {k: (simulate, {"method": k, **kw}) for k in ("fedavg", "fedsam", "fedlesam")},
+    run = {"fedavg": {"method": "fedavg"}, "fedsam": {"method": "fedsam"}, "fedlesam": {"method": lesam, "sign": sign}}
+    res = flatness_runs(prob, {k: (simulate, {**kw, **a}) for k, a in run.items()},
                         R=R, lo=-2.5, hi=2.5)
     a, b = res["fedlesam"]["lam_max"], min(res["fedsam"]["lam_max"], res["fedavg"]["lam_max"])
     rel = (b - a) / b
@@ -534,22 +566,24 @@ TABLE5 = {  # Table 5 (CIFAR10, Dir 0.1): (round ratio, cost ratio) to reach 68%
     "fedlesam-s": ((0.57, 1.14), (0.38, 0.77)), "fedlesam-d": ((0.46, 0.92), (0.31, 0.60))}
 
 
-def check_cost_and_comm(n=6, d=4, K=3, seed=0) -> list[Claim]:
+def check_cost_and_comm(n=6, d=4, K=3, seed=0, table5: dict = TABLE5, engine: dict | None = None) -> list[Claim]:
     """Sec. 4 / Table 5: FedLESAM needs one gradient per local step (FedSAM two), counted on the trainer's
     engine; and Table 5's communication costs are its rounds times a per-round multiplier of 1 or 2 (each
     ratio printed to two decimals: the multiplier's interval from that rounding must contain 1 or 2). The
-    trainer's own per-round floats (down + up, relative to FedAvg) are reported beside the table's."""
+    trainer's own per-round floats (down + up, relative to FedAvg) are reported beside the table's.
+    Perturbations: ``table5`` replaces Table 5's rows; ``engine`` {name: trainer algorithm} runs another
+    algorithm's spec under a name (e.g. FedSAM's for FedLESAM)."""
     prob = make_quadratics(n, d, shared=False, seed=seed)
     grads, mult = {}, {}
-    for a in ("fedavg", "fedsam", "fedlesam", *TABLE5):
-        run = make_run(prob, a, K=K, lr=0.05, x0=prob.x_star + 1.0, seed=seed)
+    for a in ("fedavg", "fedsam", "fedlesam", *table5):
+        run = make_run(prob, (engine or {}).get(a, a), K=K, lr=0.05, x0=prob.x_star + 1.0, seed=seed)
         ctx = run.round()
         grads[a] = run.n_grads / (K * ctx.n)
         c = run.algo.comm(run, ctx)
         mult[a] = c["floats_down"] + c["floats_up"]
     mult = {a: v / mult["fedavg"] for a, v in mult.items()}
     table, ok = {}, True
-    for a, rows in TABLE5.items():
+    for a, rows in table5.items():
         iv = [((c - 0.005) / (r + 0.005), (c + 0.005) / (r - 0.005)) for r, c in rows]
         k = [next((m for m in (1, 2) if lo <= m <= hi), None) for lo, hi in iv]
         table[a] = {"intervals": iv, "multiplier": k[0] if len(set(k)) == 1 else None}
@@ -559,7 +593,7 @@ def check_cost_and_comm(n=6, d=4, K=3, seed=0) -> list[Claim]:
                   "Sec. 4.1; Table 5 (compute time)", "gradients per client-step: FedLESAM 1, FedSAM 2",
                   ", ".join(f"{a} {grads[a]:g}" for a in ("fedavg", "fedsam", "fedlesam")) + " on the trainer",
                   HOLDS if grads["fedlesam"] == 1 and grads["fedsam"] == 2 else VIOLATED, grads["fedlesam"], det)
-    diff = {a: (table[a]["multiplier"], mult[a]) for a in TABLE5 if table[a]["multiplier"] != mult[a]}
+    diff = {a: (table[a]["multiplier"], mult[a]) for a in table5 if table[a]["multiplier"] != mult[a]}
     comm = _claim("comm-bookkeeping", "Table 5's communication cost = rounds x a per-round multiplier of 1 or 2",
                   "Table 5", "cost ratio / round ratio in {1, 2}, the same at 68% and 74%",
                   "table multipliers " + ", ".join(f"{a} {v['multiplier']}" for a, v in table.items())
@@ -571,37 +605,90 @@ def check_cost_and_comm(n=6, d=4, K=3, seed=0) -> list[Claim]:
 
 # ---------------------------------------------------------------------------------------------------
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
-    """Every check; ``quick`` shortens only sweeps whose verdicts do not depend on their length."""
+    """Every check. ``quick`` runs the same designs (the same T, eta, rho and K grids) with fewer replicates:
+    R = 16 start points instead of 64 in the flatness comparisons (the command runs fewer seeds too)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                       # tiny float64 programs: one thread is fastest and fair
+    R = 16 if quick else 64
     try:
         claims = check_jensen(seed=seed, out_dir=out_dir)
-        claims += check_lemma2(seed=seed, T=20 if quick else 50)
-        claims += [check_lemma3(seed=seed), check_lemma4(seed=seed, T=20 if quick else 60)]
-        claims += check_thm1(seed=seed, Ts=(100, 200, 400) if quick else (100, 400, 1600, 6400),
-                             out_dir=out_dir)
+        claims += check_lemma2(seed=seed)
+        claims += [check_lemma3(seed=seed), check_lemma4(seed=seed)]
+        claims += check_thm1(seed=seed, out_dir=out_dir)
         claims.append(check_rho_tradeoff(seed=seed, out_dir=out_dir))
         claims += check_thm2(seed=seed, out_dir=out_dir)
         claims += check_estimator(seed=seed, out_dir=out_dir)
         claims.append(check_pd(seed=seed))
-        claims.append(check_flatness(seed=seed, R=16 if quick else 64))
-        claims.append(check_het_sharpens(seed=seed, R=16 if quick else 64))
+        claims.append(check_flatness(seed=seed, R=R))
+        claims.append(check_het_sharpens(seed=seed, R=R))
         claims += check_cost_and_comm(seed=seed)
     finally:
         torch.set_num_threads(threads)
     return claims
 
 
-PERTURBATIONS = {
-    "L4": ("local step sign-flipped (ascent)", lambda seed: [check_lemma4(seed=seed, T=20, local_sign=-1.0)]),
-    "thm1-fedsam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)",
-                    lambda seed: check_thm1(seed=seed, Ts=(100, 200), server_sign=-1.0)),
-    "thm1-fedlesam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)",
-                      lambda seed: check_thm1(seed=seed, Ts=(100, 200), server_sign=-1.0)),
-    "thm2-squared": ("the estimate is one client's own step, heterogeneity not averaged out",
-                     lambda seed: check_thm2(seed=seed, one_client=True)),
-    "thm2-slope": ("the estimate is one client's own step, heterogeneity not averaged out",
-                   lambda seed: check_thm2(seed=seed, one_client=True)),
-    "thm2-with-rho": ("the estimate is one client's own step, heterogeneity not averaged out",
-                      lambda seed: check_thm2(seed=seed, one_client=True)),
+# ---------------------------------------------------------------------------------------------------
+# power: the perturbation each finding must catch (theory/power.py)
+# ---------------------------------------------------------------------------------------------------
+def _as_list(rows) -> list[Claim]:
+    return rows if isinstance(rows, list) else [rows]
+
+
+WEIGHT0 = [2.0] + [1.0] * 9                     # the server's mean with client 0 counted twice (n = 10)
+TABLE5_HOLDING = {k: v for k, v in TABLE5.items() if k != "fedlesam-d"}   # the rows whose arithmetic holds
+
+# row -> (what is broken, check, where, switch): the perturbed run is check(seed, **where, **switch), at
+# quick sizes; ``where`` restricts a row that is violated (or inconclusive) as a whole to the part of its
+# design where the unperturbed check does not come out "violated" (CONTROLS), so that catching the
+# perturbation is not inherited from the row's own verdict.
+POWER = {
+    "jensen-trend": ("SAM's inner maximisation sign-flipped: each objective at its maximiser reflected, "
+                     "F(x - d*)", check_jensen, {}, {"sign": -1.0}),
+    "L2-fedsam": ("FedSAM's ascent not normalised (rho g instead of rho g / ||g||)", check_lemma2,
+                  {"T": 20}, {"normalise": False}),
+    "L2-fedsam-noise": ("FedSAM's ascent not normalised, at sigma = 0.1 where the bound holds", check_lemma2,
+                        {"T": 20, "sigmas": (0.0, 0.1)}, {"normalise": False}),
+    "L4": ("local step sign-flipped (ascent)", check_lemma4, {"T": 20}, {"local_sign": -1.0}),
+    "thm1-fedsam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)", check_thm1,
+                    {"Ts": (100, 200)}, {"server_sign": -1.0}),
+    "thm1-fedlesam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)", check_thm1,
+                      {"Ts": (100, 200)}, {"server_sign": -1.0}),
+    "thm1-independent-rho": ("wrong aggregation weight (client 0 counted twice in the server's mean), at "
+                             "rho = 0 where the fixed point is stationary", check_thm1,
+                             {"Ts": (100,), "rho": 0.0}, {"weights": WEIGHT0}),
+    "rho-tradeoff": ("rho never reaches the update (the perturbation switched off; a sign-flipped "
+                     "perturbation is NOT caught: it hinders convergence too)", check_rho_tradeoff, {},
+                     {"sign": 0.0}),
+    "thm2-printed": ("the estimate is one client's own step, heterogeneity not averaged out, at eta >= 0.1 "
+                     "where the printed bound holds", check_thm2, {"etas": (0.1, 0.3, 1.0)},
+                     {"one_client": True}),
+    "thm2-squared": ("the estimate is one client's own step, heterogeneity not averaged out", check_thm2, {},
+                     {"one_client": True}),
+    "thm2-slope": ("the estimate is one client's own step, heterogeneity not averaged out", check_thm2, {},
+                   {"one_client": True}),
+    "thm2-with-rho": ("the estimate is one client's own step, heterogeneity not averaged out, at "
+                      "eta >= 0.003 where the bound holds", check_thm2, {"etas": (0.003, 0.01, 0.03, 0.1)},
+                      {"one_client": True}),
+    "eq3-estimator-early": ("the estimate sign-flipped (w^t - w_i^old)", check_estimator, {}, {"sign": -1.0}),
+    "eq3-estimator-late": ("the estimate sign-flipped (w^t - w_i^old), at E = 1 local step where the "
+                           "late estimate holds", check_estimator, {"E": 1}, {"sign": -1.0}),
+    "PD": ("FedLESAM's perturbation sign-flipped, under full participation where PD is lower",
+           check_pd, {"settings": ((None, 0.0), (None, 0.5))}, {"sign": -1.0}),
+    "flatness": ("FedLESAM's perturbation taken from the client's own gradient (FedSAM's local ascent) "
+                 "instead of the global estimate (a sign-flipped estimate is NOT caught: it selects the "
+                 "same minima on this toy)", check_flatness, {"R": 16}, {"lesam": "fedsam"}),
+    "cost-grads": ("FedLESAM run with FedSAM's spec on the trainer (an ascent gradient every step)",
+                   check_cost_and_comm, {}, {"engine": {"fedlesam": "fedsam"}}),
+    "comm-bookkeeping": ("one Table 5 ratio mis-transcribed (FedSAM's cost at 74%: 0.83 -> 0.93), on the "
+                         "rows whose arithmetic holds", check_cost_and_comm, {"table5": TABLE5_HOLDING},
+                         {"table5": {**TABLE5_HOLDING, "fedsam": ((1.02, 1.02), (0.83, 0.93))}}),
 }
+
+
+def _power_run(check, kw: dict):
+    return lambda seed: _as_list(check(seed=seed, **kw))
+
+
+PERTURBATIONS = {rid: (text, _power_run(check, {**where, **switch}))
+                 for rid, (text, check, where, switch) in POWER.items()}
+CONTROLS = {rid: _power_run(check, where) for rid, (_, check, where, _) in POWER.items()}   # unperturbed
