@@ -320,6 +320,12 @@ def reading(data: dict) -> str:
     return "\n".join(out)
 
 
+def committed(name: str, tier=None) -> dict | None:
+    """A script's saved result in ``tier`` (out_dir(name, tier)/data.json), None where there is none."""
+    p = out_dir(name, tier) / "data.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
 def show_tier_results(names, tier: str = "mnist") -> dict:
     """Display in a notebook each script's committed result in ``tier`` (out_dir(name, tier): data.json and
     fig.png, written by ``python -m paper_figures.NAME --tier TIER`` from the run cache): a heading with its counts
@@ -328,16 +334,14 @@ def show_tier_results(names, tier: str = "mnist") -> dict:
     from IPython.display import Image, Markdown, display
     shown = {}
     for name in names:
-        d = out_dir(name, tier)
-        if not (d / "data.json").exists():
+        data = shown[name] = committed(name, tier)
+        if data is None:
             display(Markdown(f"### {name}\n\n*Not in the committed {tier} results yet.* `python -m "
                              f"paper_figures.tier --tier {tier} --only {name}` trains its runs (resumable), then "
                              f"`python -m paper_figures.{name} --tier {tier}` writes its figure and numbers."))
-            shown[name] = None
             continue
-        data = shown[name] = json.loads((d / "data.json").read_text())
         display(Markdown(f"### {name}: {data['summary']}"))
-        display(Image(filename=str(d / "fig.png")))
+        display(Image(filename=str(out_dir(name, tier) / "fig.png")))
         display(Markdown(claims_table(data["table"])))
         display(Markdown(reading(data)))
     return shown

@@ -7,7 +7,6 @@ computes nothing.
 """
 from __future__ import annotations
 
-import json
 import sys
 
 from paper_figures import common as C
@@ -15,10 +14,8 @@ from paper_figures import common as C
 
 def rows(name: str, tier: str) -> dict | None:
     """{comparison: verdict} of a script's committed result in ``tier`` (None where there is none)."""
-    p = C.out_dir(name, tier) / "data.json"
-    if not p.exists():
-        return None
-    return {t["row"]: t["verdict"] for t in json.loads(p.read_text())["table"]}
+    data = C.committed(name, tier)
+    return None if data is None else {t["row"]: t["verdict"] for t in data["table"]}
 
 
 def compare(names, a: str = "quick", b: str = "mnist") -> list[tuple[str, str, str, str]]:

@@ -235,8 +235,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(common.OUT),
                     help=f"output root (default $PAPER_FIGURES_OUT, else {common.OUT})")
     args = ap.parse_args(argv)
-    root = Path(args.out) / "runs" / args.tier
     from paper_figures import runs
+    common._ARGS["out"] = Path(args.out)
+    root = runs.root(args.tier)
     source = runs.training_source_hash()
     try:
         fp = recorded(root, source, progress=True)
