@@ -320,14 +320,21 @@ def reading(data: dict) -> str:
     return "\n".join(out)
 
 
+def committed_dir(name: str, tier=None) -> Path:
+    """Where the repository keeps a script's committed result: out_dir under this package's own out/ (OUT),
+    whatever --out or $PAPER_FIGURES_OUT point at, so a notebook run with a scratch output root (as the tests run
+    them) still shows what is committed."""
+    return out_dir(name, tier, root=OUT)
+
+
 def committed(name: str, tier=None) -> dict | None:
-    """A script's saved result in ``tier`` (out_dir(name, tier)/data.json), None where there is none."""
-    p = out_dir(name, tier) / "data.json"
+    """A script's committed result in ``tier`` (committed_dir(name, tier)/data.json), None where there is none."""
+    p = committed_dir(name, tier) / "data.json"
     return json.loads(p.read_text()) if p.exists() else None
 
 
 def show_tier_results(names, tier: str = "mnist") -> dict:
-    """Display in a notebook each script's committed result in ``tier`` (out_dir(name, tier): data.json and
+    """Display in a notebook each script's committed result in ``tier`` (committed_dir(name, tier): data.json and
     fig.png, written by ``python -m paper_figures.NAME --tier TIER`` from the run cache): a heading with its counts
     per verdict, its figure, its claims table and its reading (``reading``); a script without a committed result says
     so and how to make it. Reads files only (nothing is trained). Returns {name: data or None}."""
@@ -341,7 +348,7 @@ def show_tier_results(names, tier: str = "mnist") -> dict:
                              f"`python -m paper_figures.{name} --tier {tier}` writes its figure and numbers."))
             continue
         display(Markdown(f"### {name}: {data['summary']}"))
-        display(Image(filename=str(out_dir(name, tier) / "fig.png")))
+        display(Image(filename=str(committed_dir(name, tier) / "fig.png")))
         display(Markdown(claims_table(data["table"])))
         display(Markdown(reading(data)))
     return shown
@@ -369,12 +376,12 @@ def show(fig) -> None:
     plt.close(fig)
 
 
-def out_dir(name: str, tier=None) -> Path:
+def out_dir(name: str, tier=None, root=None) -> Path:
     """Where a script's figure and numbers go: <--out>/<name>/ for the QUICK tier, <--out>/<tier>/<name>/ for the
     others (so the committed MNIST results and the QUICK ones CI regenerates sit side by side); ``tier`` defaults
-    to the one parse_args read."""
-    tier = tier_of(tier or _ARGS.get("tier"))
-    return Path(_ARGS["out"]) / name if tier == "quick" else Path(_ARGS["out"]) / tier / name
+    to the one parse_args read; ``root`` to --out."""
+    tier, root = tier_of(tier or _ARGS.get("tier")), Path(root or _ARGS["out"])
+    return root / name if tier == "quick" else root / tier / name
 
 
 def save_result(name: str, data: dict, fig, tier=None) -> Path:

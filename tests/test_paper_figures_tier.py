@@ -263,9 +263,9 @@ def test_every_script_runs_its_tier_path_on_tiny_digits(tier_name, tmp_path, mon
 def test_compare_tiers_reports_changed_verdicts(tmp_path, monkeypatch, capsys):
     from paper_figures import common as C
     from paper_figures import compare_tiers as CT
-    monkeypatch.setitem(C._ARGS, "out", tmp_path)
+    monkeypatch.setattr(C, "OUT", tmp_path)                              # the committed results it reads
     for tier, verdicts in (("quick", ["reproduced", "not converged"]), ("mnist", ["reproduced", "opposite"])):
-        d = C.out_dir("fedsmoo_table2", tier)
+        d = C.committed_dir("fedsmoo_table2", tier)
         d.mkdir(parents=True)
         (d / "data.json").write_text(json.dumps({"table": [{"row": f"r{i}", "verdict": v}
                                                            for i, v in enumerate(verdicts)]}))
@@ -277,3 +277,16 @@ def test_compare_tiers_reports_changed_verdicts(tmp_path, monkeypatch, capsys):
     assert "| fedsmoo_table2 | r1 | not converged | opposite | changed |" in out and "| r0 |" not in out
     assert "1 of 2 comparisons (1 scripts)" in out
     assert CT.main(["--tiers", "quick", "cifar"]) == 2
+
+
+def test_committed_results_are_read_from_the_repository_whatever_out_says(tmp_path, monkeypatch):
+    """A notebook executed with a scratch output root ($PAPER_FIGURES_OUT, as the notebook tests run them) still
+    shows the committed MNIST results: committed() reads this package's own out/, never --out."""
+    monkeypatch.setitem(C._ARGS, "out", tmp_path)                       # an empty scratch root
+    name = "fedcm_table3_alpha"
+    assert (C.OUT / "mnist" / name / "data.json").exists(), "the committed MNIST result this test reads"
+    assert not C.out_dir(name, "mnist").exists()
+    data = C.committed(name, "mnist")
+    assert data is not None and data["table"], "committed() followed --out instead of the repository"
+    assert C.committed_dir(name, "quick") == C.OUT / name
+    assert C.committed("no_such_script", "mnist") is None
