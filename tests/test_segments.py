@@ -1,0 +1,65 @@
+"""Unequal K_i: the round's steps past min K_i run on the still-active clients' rows gathered once per run of steps
+(Run.segments); the masked step (taken when a callback watches the steps) must give the same numbers, bit for bit,
+for every algorithm, in both client-parallel modes and both precisions."""
+import pytest
+import torch
+
+from fedlab_analysis.config import RunConfig
+from fedlab_analysis.data import load_dataset
+from fedlab_analysis.trainers import ALGORITHMS
+from fedlab_analysis.trainers.engine import Run
+
+# 6 clients of unequal size (labeldir), one local epoch at batch 64: unequal K_i and short last batches in every round
+BASE = dict(dataset="digits", model="mlp", model_kwargs={"widths": [8]}, clients=6, active_ratio=0.5, local_epochs=1,
+            batch_size=64, lr=0.05, lr_decay=0.9, wd=1e-3, clip=1.0, partition="labeldir", dir_alpha=0.5, seed=2,
+            eval_train_samples=50, quiet=True, keep_clients=False, device="cpu")
+
+CASES = [dict(algo=a) for a in ALGORITHMS if not a.startswith("fedals")] + \
+    [dict(algo="fedsmoo", ri=True), dict(algo="fedprox", ri=True, ri_anchor="start"),
+     dict(algo="fedlesam", lesam_source="last_global_update")]
+MODES = [("vmap", "float32"), ("vmap", "float64"), ("loop", "float32")]
+
+
+def watched(event, run, ctx, x):
+    """A step callback that reads nothing: it only sends the round down the masked path."""
+
+
+def trajectory(kw, masked: bool):
+    run = Run(RunConfig(**kw), dataset=load_dataset("digits"))
+    if masked:
+        run.callbacks.append(watched)
+    out, segs = [], 0
+    for _ in range(3):
+        ctx = run.round()
+        segs += len(ctx.segs)
+        out.append(run.w.clone())
+    return torch.stack(out), run, segs
+
+
+@pytest.mark.parametrize("mode,dtype", MODES, ids=[f"{m}-{d}" for m, d in MODES])
+@pytest.mark.parametrize("case", CASES, ids=[c["algo"] + ("+ri" if c.get("ri") else "") +
+                                             ("-" + c["lesam_source"] if "lesam_source" in c else "") for c in CASES])
+def test_segments_equal_the_masked_step_bitwise(case, mode, dtype):
+    kw = {**BASE, **case, "client_parallel": mode, "dtype": dtype}
+    w_seg, run_seg, segs = trajectory(kw, masked=False)
+    w_mask, run_mask, _ = trajectory(kw, masked=True)
+    assert segs > 0, "the setting must have unequal K_i (runs of steps past min K_i)"
+    assert torch.equal(w_seg, w_mask), (w_seg - w_mask).abs().max()
+    assert run_seg.n_grads == run_mask.n_grads
+    for k in run_seg.state:
+        assert torch.equal(run_seg.state[k], run_mask.state[k]), k
+
+
+def test_a_run_of_steps_takes_its_clients_rows():
+    """RoundCtx.take: every per-client value is the rows of the still-active clients, and they all step."""
+    run = Run(RunConfig(**BASE, algo="fedsmoo", client_parallel="vmap"), dataset=load_dataset("digits"))
+    ctx = run.round_ctx(0)
+    ctx.extra = {"mu": torch.arange(ctx.n, dtype=torch.float64)[:, None].expand(-1, 3).clone(),
+                 "flat": torch.zeros(ctx.n, dtype=torch.float64), "bcast": torch.ones(3).expand(ctx.n, -1)}
+    a, b, rows, host = ctx.segs[-1]
+    c = ctx.take(rows, host, b)
+    assert c.n == len(host) and c.S.tolist() == [ctx.S[j].item() for j in host] and c.Kmin == b
+    assert bool((c.K > a).all()) and int(c.K.min()) == b and c.all_on
+    assert c.extra["mu"][:, 0].tolist() == host and c.extra["flat"] is ctx.extra["flat"]
+    assert c.extra["bcast"].stride(0) == 0 and len(c.extra["bcast"]) == len(host)
+    assert torch.equal(c.I, ctx.I[host]) and c.batches == [ctx.batches[j] for j in host]
