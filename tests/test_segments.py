@@ -74,6 +74,7 @@ SHARED = [dict(algo="fedsmoo", clients=10, active_ratio=0.6), dict(algo="scaffol
           dict(algo="fedsmoo", clients=4, active_ratio=1.0)]
 
 
+@pytest.mark.slow
 def test_runs_sharing_a_process_equal_each_run_alone_bitwise():
     data = load_dataset("digits")
     runs = [Run(RunConfig(**{**BASE, "client_parallel": "vmap", "dtype": "float32", **c}), dataset=data)
