@@ -276,7 +276,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--algos", default=",".join(ALGOS))
-    p.add_argument("--settings", default=",".join(SETTINGS), help="equal | papers | both (module docstring)")
+    p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated: equal, papers (module docstring)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds per runner, after one warm-up")
     p.add_argument("--steps", default=None, help="local steps per model, e.g. 'cnn=5,resnet18gn=10' (default: 50; "
                    "on CPU cnn=5, resnet18gn=10); the papers' setting uses E = K / 10 epochs")
@@ -296,7 +296,7 @@ def main(argv=None):
     settings = [s for s in a.settings.split(",") if s]
     bad = [s for s in settings if s not in SETTINGS]
     if bad or not settings:
-        p.error(f"--settings: unknown {bad}; use equal, papers or both")
+        p.error(f"--settings: unknown {bad}; a comma-separated list of equal, papers")
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.machine()} CPU, {os.cpu_count()} cores"
     flags = "; the reference under the simulator's train.py switches (cudnn.deterministic, TF32), ours in fp32" \

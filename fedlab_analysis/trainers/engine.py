@@ -4,6 +4,7 @@ A round, top to bottom:
     S        = sample_clients(t)                       bernoulli (the simulator) or fixed
     x        = algo.start(run, ctx)                    [n_active, P]: w, RI's w + beta (w - w_i^last), FedALS'
     for k in range(max K_i):                           lock-step: all active clients advance step k together
+                                                       (in runs of steps with the same clients: Run.segments)
         g    = algo.gradient(run, ctx, x, k)            plain, SAM, FedSMOO's corrected ascent, FedLESAM's estimate
         d, c = algo.direction(run, ctx, x, g)           + prox / SCAFFOLD / FedDyn terms, FedCM mixing; c: decay
         x   -= lr * (clip(d) + c x)                     in place; clients past their own K_i stay put
@@ -68,11 +69,31 @@ class RoundCtx:
     I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
     W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
-    extra: dict = field(default_factory=dict)   # per-round constants of the algorithm
+    extra: dict = field(default_factory=dict)   # per-round values of the algorithm; a tensor [n, ...] is per client
+    segs: list = field(default_factory=list)    # (a, b, device rows, host rows): steps a..b-1 of the clients K_i > a
 
     @property
     def n(self) -> int:
         return len(self.S)
+
+    def take(self, rows: torch.Tensor, host: list, Kmin: int) -> "RoundCtx":
+        """The round restricted to the clients at ``rows`` (``host``: the same as Python ints), all of which step
+        until step ``Kmin``: S, K, batches, draws, x0 and every per-client tensor of ``extra`` (``per_client``) as
+        their rows (gathered; a broadcast one stays broadcast), so its steps take every row and no masks."""
+        h = torch.tensor(host, dtype=torch.long)
+        extra = {k: (v[:len(host)] if v.stride(0) == 0 else v.index_select(0, rows)) if per_client(v, self.n) else v
+                 for k, v in self.extra.items()}
+        sub = lambda v: None if v is None else v.index_select(0, rows)      # noqa: E731
+        return dataclasses.replace(
+            self, S=self.S[h], K=self.K[h], batches=[self.batches[j] for j in host], aug=sub(self.aug),
+            x0=sub(self.x0), active=None, all_on=True, rows=None, rows_host=None, K_dev=self.K_dev[rows], Kmin=Kmin,
+            act=self.act.index_select(1, rows), row_at={}, sizes=[self.sizes[j] for j in host],
+            S_dev=self.S_dev[rows], I=self.I.index_select(0, rows), W=sub(self.W), extra=extra, segs=[])
+
+
+def per_client(v, n: int) -> bool:
+    """A per-client value of ``RoundCtx.extra``: a tensor [n, ...] of at least two dimensions (one row a client)."""
+    return torch.is_tensor(v) and v.dim() >= 2 and len(v) == n
 
 
 def with_dataset(cfg: RunConfig, dataset: Dataset | None) -> RunConfig:
@@ -325,6 +346,8 @@ class Run:
         if masked:                                   # the rows of every masked step, moved in one copy
             dev = self.dev(torch.cat(masked)).split([len(r) for r in masked])
             ctx.row_at = {ctx.Kmin + q: (dev[q], masked[q].tolist()) for q in range(len(masked))}
+            ends = sorted(set(K.tolist()))           # the active set changes only where some client's K_i ends
+            ctx.segs = [(a, b, *ctx.row_at[a]) for a, b in zip(ends, ends[1:])]
         self._pad(ctx)
         if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
             aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
@@ -441,9 +464,10 @@ class Run:
         the next call in the same step (SAM's two passes), not across steps: a part that keeps one copies it."""
         b = self._scratch.get(name)
         shape = like.shape if rows is None else (rows, *like.shape[1:])
-        if b is None or b.shape != shape or b.dtype != like.dtype or b.device != like.device:
+        if b is None or b.shape[1:] != shape[1:] or len(b) < shape[0] or b.dtype != like.dtype or \
+                b.device != like.device:
             b = self._scratch[name] = like.new_empty(shape)
-        return b
+        return b[:shape[0]]                          # fewer rows (a later run of steps, a smaller round): a prefix
 
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
         self._flip ^= 1
@@ -520,6 +544,27 @@ class Run:
             x[ctx.rows] = xa
 
     # ---- one round --------------------------------------------------------------------------------
+    def segments(self, ctx: RoundCtx, x: torch.Tensor):
+        """The round's local steps as runs with one set of active clients: (ctx, x, first step, end step). Steps
+        below min K_i take every client. Past it, where no callback watches the steps and the step's shape is free
+        (no --compile), each run (ctx.segs) works on its clients' rows, gathered once into a reused buffer
+        (RoundCtx.take) and written back after it with the per-client values of ``extra`` the run kept: a step then
+        takes no masks and moves no rows. Otherwise the masked step of ctx.rows (callbacks read x and ctx.extra
+        whole; --compile steps every row). The same arithmetic either way: each row's numbers are unchanged."""
+        if self.callbacks or self.cfg.compile or not ctx.segs:
+            yield ctx, x, 0, int(ctx.K.max())
+            return
+        yield ctx, x, 0, ctx.Kmin
+        for a, b, rows, host in ctx.segs:
+            c = ctx.take(rows, host, b)
+            kept = {k: v for k, v in c.extra.items() if per_client(ctx.extra[k], ctx.n) and ctx.extra[k].stride(0)}
+            xc = torch.index_select(x, 0, rows, out=self.scratch("x_seg", x, rows=len(host)))
+            yield c, xc, a, b
+            x.index_copy_(0, rows, xc)
+            for k, v in kept.items():                # still the gathered tensor (maybe updated in place): back
+                if c.extra.get(k) is v:
+                    ctx.extra[k].index_copy_(0, rows, v)
+
     def round(self) -> RoundCtx:
         algo = self.algo
         for cb in self.callbacks:                    # a hook that reads the clients' last local models asks for them
@@ -531,14 +576,15 @@ class Run:
         x = algo.start(self, ctx)
         ctx.x0 = x.clone() if algo.needs_x0 or self.callbacks else None    # [n, P]: only where something reads it
         algo.round_start(self, ctx)
-        for k in range(int(ctx.K.max())):
-            self.set_step(ctx, k)
-            g = algo.gradient(self, ctx, x, k)
-            d, decay = algo.direction(self, ctx, x, g)
-            self.step(ctx, x, d, decay)
-            algo.after_step(self, ctx, x)
-            for cb in self.callbacks:
-                cb("step", self, ctx, x)
+        for c, xc, a, b in self.segments(ctx, x):
+            for k in range(a, b):
+                self.set_step(c, k)
+                g = algo.gradient(self, c, xc, k)
+                d, decay = algo.direction(self, c, xc, g)
+                self.step(c, xc, d, decay)
+                algo.after_step(self, c, xc)
+                for cb in self.callbacks:
+                    cb("step", self, c, xc)
         algo.client_end(self, ctx, x)
         w_new = algo.aggregate(self, ctx, x)
         algo.server_end(self, ctx, x, w_new)
