@@ -6,8 +6,9 @@ Peak memory on the run's device = runtime + data + model + per-client tables + t
     model       the flat global model and its few model-sized copies and server vectors (``Part.vectors``)
     tables      each per-client [m, P] table the algorithm declares (``Part.tables``), plus the clients' last local
                 models where kept; on --state-device cpu they sit in host memory, staged [n, P] rows on the device
-    working     the round's [n, P] buffers (n = the largest active set) and the activations of one minibatch
-                (loop: one client's, vmap: all active clients'), or of an evaluation batch if larger
+    working     the larger of: the round's [n, P] buffers (n = the largest active set) with the activations of one
+                minibatch (loop: one client's, vmap: all active clients'); and an evaluation batch's activations
+                (train's loop releases the round's buffers before it evaluates)
 Disk = last.pt (all a resume needs) + with --ckpt-keep all a model checkpoint every --ckpt-every rounds.
 The counts of [n, P] buffers are read off the trainer (engine.py, parts.py); tests/test_memory_plan.py checks the
 estimate against measured peak RSS on the CPU.
@@ -26,9 +27,12 @@ RUNTIME = {"cpu": 0.40 * GiB, "cuda": 0.55 * GiB}     # python + torch (+ the CU
 SHAPES = {"cifar10": (50000, 10000, (3, 32, 32), 10), "cifar100": (50000, 10000, (3, 32, 32), 100),
           "svhn": (73257, 26032, (3, 32, 32), 10), "mnist": (60000, 10000, (1, 28, 28), 10),
           "fmnist": (60000, 10000, (1, 28, 28), 10)}   # (train, test, input shape, classes): no files needed
-# [n, P] buffers a round holds besides x and one gradient buffer, by part (engine.py / parts.py)
-ROUND_ROWS = {"SAM": 2, "SMOO": 4, "LESAM": 3, "Scaffold": 4, "Dyn": 3, "RelaxedInit": 1, "ALS": 1}
-ENGINE_ROWS = 3       # x, one gradient buffer, and Delta = x - w with the aggregation's temporaries at the round's end
+# [n, P] buffers a round holds at once besides x and one gradient buffer, by part (engine.py / parts.py):
+# SAM x + delta and the second gradient; FedSMOO also mu_i (+ s_hat_i where it cannot stay in its gradient buffer:
+# SMOO_SHAT); FedDyn lamb (h_i - w), computed in the gathered rows; SCAFFOLD c_i, its correction and the round-end
+# c_i+ with its temporaries; FedLESAM the perturbation and its gathered w_i^old
+ROUND_ROWS = {"SAM": 2, "SMOO": 3, "LESAM": 3, "Scaffold": 4, "Dyn": 1, "RelaxedInit": 1, "ALS": 1}
+ENGINE_ROWS = 2       # x and one gradient buffer; Delta = x - w is written into the spent gradient buffer
 
 
 @dataclass
@@ -124,6 +128,7 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None) -> Plan:
     keep = cfg.keep_clients or algo.needs_last_local or any(getattr(h, "needs_last_local", False) for h in hooks)
     tables = len(algo.tables) + keep
     rows = ENGINE_ROWS + (algo.needs_x0 or bool(hooks)) + sum(ROUND_ROWS.get(type(p).__name__, 0) for p in algo.parts)
+    rows += any(type(p).__name__ == "SMOO" for p in algo.parts) and smoo_shat(cfg, hooks)
     conv = dev == "cpu" and len(shape) == 3 and cfg.model != "mlp"
     parallel = cfg.client_parallel if cfg.client_parallel != "auto" else ("loop" if nbuf or conv else "vmap")
     B = cfg.batch_size * (n if parallel == "vmap" else 1)
@@ -139,13 +144,19 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None) -> Plan:
         p.memory["tables"] = tables * n * P * s
     else:
         p.memory["tables"] = table_bytes
-    p.memory["working set"] = rows * n * P * s + max(grad_act, eval_act)
+    p.memory["working set"] = max(rows * n * P * s + grad_act, eval_act)
     model_ck = (1 + len(algo.vectors)) * (P + nbuf) * s + n_tr * 8
     p.disk["last.pt"] = model_ck + table_bytes + (m * 8 if keep else 0)
     if cfg.ckpt_every and cfg.ckpt_keep == "all":
         lean = model_ck + (m * P * s if cfg.keep_clients else 0)
         p.disk["round checkpoints"] = (cfg.rounds // cfg.ckpt_every) * lean
     return p
+
+
+def smoo_shat(cfg, hooks=()) -> bool:
+    """Whether FedSMOO keeps its own [n, P] copy of s_hat_i (parts.SMOO): under the paper's server rule, unless
+    every client takes the same --local-steps and no hook runs (then s_hat_i stays in its gradient buffer)."""
+    return cfg.smoo_server != "code" and (cfg.local_steps is None or bool(hooks))
 
 
 def free_memory(device: str) -> int | None:

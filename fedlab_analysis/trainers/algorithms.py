@@ -22,6 +22,8 @@ one line in ``fedlab_analysis/algos.py`` declaring the hyper-parameters it reads
 from __future__ import annotations
 
 
+import torch
+
 from .. import algos
 from ..errors import UserError
 from .parts import (SAM, SMOO, Dyn, LESAM, Momentum, Part, Plain, Prox, RelaxedInit, Scaffold,
@@ -74,7 +76,7 @@ class Algorithm:
 
     def client_end(self, run, ctx, x):
         ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
-        ctx.delta = x - (ctx.x0 if ri_code else ctx.w)          # Delta_i, the client update
+        ctx.delta = torch.sub(x, ctx.x0 if ri_code else ctx.w, out=run.spare(x))   # Delta_i, the client update
         for p in self.parts:
             p.client_end(run, ctx, x)
 

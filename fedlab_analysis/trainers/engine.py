@@ -469,6 +469,17 @@ class Run:
             b = self._scratch[name] = like.new_empty(shape)
         return b[:shape[0]]                          # fewer rows (a later run of steps, a smaller round): a prefix
 
+    def spare(self, like: torch.Tensor) -> torch.Tensor:
+        """After the local steps: the latest gradient's buffer, consumed by its step and free until the next round
+        (the round's end writes Delta_i there instead of into a fresh [n, P] tensor)."""
+        return self.scratch(f"grad{self._flip}", like)
+
+    def release(self, ctx: RoundCtx) -> None:
+        """Drop the finished round's [n, P] tensors (the algorithm's round constants, Delta_i, the start points)
+        and the work buffers, so evaluation and the checkpoint do not hold them (train's loop calls it)."""
+        ctx.extra, ctx.x0, ctx.delta = {}, None, None
+        self._scratch.clear()
+
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
         self._flip ^= 1
         out = self.scratch(f"grad{self._flip}", x)

@@ -180,6 +180,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
             rows = getattr(cb, "rows", None) or []
             probed.extend(rows[consumed[j]:])
             consumed[j] = len(rows)
+        run.release(ctx)                             # the round's [n, P] buffers: not held through evaluation
         full = run.t % cfg.eval_every == 0 or run.t == cfg.rounds
         if full or probed or cfg.eval_samples:       # --eval-samples: a fixed test subsample in between
             row = run.metrics(seconds, ctx, full=full or not cfg.eval_samples)

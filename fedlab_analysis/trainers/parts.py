@@ -91,26 +91,35 @@ class SMOO(SAM):
 
     def round_start(self, run, ctx):
         ctx.extra["mu"] = run.rows(run.state["mu"], ctx.S)     # gathered once per round; written back at client_end
-        ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
+        # the server reads each client's last s_hat (paper rule). Where every client takes every step and no hook
+        # can take a gradient in between, the last one is still in its gradient buffer at the round's end: no copy
+        self.alias = ctx.Kmin == int(ctx.K.max()) and not run.callbacks
+        if run.cfg.smoo_server != "code" and not self.alias:
+            ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
 
     def ascent(self, run, ctx, g0, x):
         mu, s = ctx.extra["mu"], run.state["s"]
         s_hat = _normalize_(g0.sub_(mu).sub_(s)).mul_(self.rho)     # r a / ||a||, a = g - mu_i - s (in place)
+        keep = run.cfg.smoo_server != "code"
         if ctx.all_on:                                  # every client steps: update in place, no masks
             mu.add_(s_hat).sub_(s)
-            ctx.extra["s_hat"].copy_(s_hat)             # s_hat lives in a reused gradient buffer
+            if keep and self.alias:
+                ctx.extra["s_hat"] = s_hat              # the gradient buffer itself (see round_start)
+            elif keep:
+                ctx.extra["s_hat"].copy_(s_hat)         # s_hat lives in a reused gradient buffer
         else:
             r = ctx.rows
             mu[r] = mu[r] + s_hat[r] - s
-            ctx.extra["s_hat"][r] = s_hat[r]
+            if keep:
+                ctx.extra["s_hat"][r] = s_hat[r]
         return s_hat
 
     def client_end(self, run, ctx, x):
         run.put(run.state["mu"], ctx.S, ctx.extra["mu"])
 
     def server_end(self, run, ctx, x, w_new):
-        mu = ctx.extra["mu"]
-        v = mu if run.cfg.smoo_server == "code" else mu - ctx.extra["s_hat"]
+        mu = ctx.extra["mu"]                            # already written back (client_end): reused for v in place
+        v = mu if run.cfg.smoo_server == "code" else mu.sub_(ctx.extra["s_hat"])
         run.state["s"] = self.rho * _normalize(v.mean(0))
 
 
@@ -220,14 +229,18 @@ class Dyn(Part):
         self.lamb = lamb
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["h"] = run.rows(run.state["h"], ctx.S)
-        ctx.extra["dyn_corr"] = self.lamb * (ctx.extra["h"] - anchor(run, ctx))
+        h = run.rows(run.state["h"], ctx.S)           # a fresh tensor: lamb (h_i - w) computed in its place
+        ctx.extra["dyn_corr"] = h.sub_(anchor(run, ctx)).mul_(self.lamb)
 
     def direction(self, run, ctx, x, d, decay):
         return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
 
-    def client_end(self, run, ctx, x):
-        run.put(run.state["h"], ctx.S, ctx.extra["h"] + ctx.delta)
+    def client_end(self, run, ctx, x):                # h_i += Delta_i in the table's rows (no [n, P] copy of h_i)
+        h = run.state["h"]
+        if h.device == ctx.delta.device:
+            h.index_add_(0, ctx.S if ctx.S.device == h.device else ctx.S_dev, ctx.delta)
+        else:
+            run.put(h, ctx.S, run.rows(h, ctx.S) + ctx.delta)
 
     def aggregate(self, run, ctx, x):
         run.state["H"] = run.state["H"] + ctx.delta.sum(0) / run.m
