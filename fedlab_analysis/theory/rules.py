@@ -24,8 +24,10 @@ copy                   engine Part (method)                   paper, rule
 
 The engine normalises by ||v|| + 1e-7 (as the authors' simulators); these copies normalise exactly, so the SAM
 family agrees with the engine to O(1e-7 rho / ||v||), everything else to float64 rounding.
-Rules that exist only here (no engine Part: the closed-form local solve of FedSMOO's ``local="exact"``, FedALS's
-one-round ERM, FL-Simulator's FedDyn ``feddyn_code``) are the theorems' objects, not trainer algorithms.
+Not copies of an engine Part, so not here: the closed forms a theorem needs (FedSMOO's exact local solve
+``local="exact"``, FedALS's one-round ERM, the fixed points of fedcm / fedinit) and FedCM's K = 1 heavy-ball
+recursion (an independent reference for the engine). ``fedsmoo.feddyn_code`` writes FedDyn in FL-Simulator's h_i
+form, independently of ``dyn_direction``, and is pinned to the engine's Dyn by tests/test_theory_engine.py.
 """
 from __future__ import annotations
 
