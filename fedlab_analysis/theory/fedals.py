@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import rules
 from .claims import FINDING, HOLDS, INCONCLUSIVE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, loglog_slope, slack
 from .toys import DT, LeastSquares, _mv, make_task, save_figure
 
@@ -171,7 +172,7 @@ def local_sgd(o: OneRound, tau: int, b: int, eta: float, gen: torch.Generator) -
     th = torch.zeros_like(o.th)
     for _ in range(tau):
         idx = torch.randint(0, o.P.m, (*th.shape[:-1], b), generator=gen)
-        th = th - eta * o.P.grad(th, idx)
+        th = rules.sgd_step(th, eta, o.P.grad(th, idx))
     return th
 
 
@@ -219,7 +220,7 @@ def fedavg_rounds(task, K, tau, T, b, eta, lam, R, seed, reuse=False, agg_scale=
             if not (reuse and i):
                 X, y = task.sample(b, rng, (R,))                                   # [R, K, b, d]
             res = (X * th.unsqueeze(-2)).sum(-1) - y
-            th = th - eta * ((X * res.unsqueeze(-1)).mean(-2) + lam * th)
+            th = rules.sgd_step(th, eta, (X * res.unsqueeze(-1)).mean(-2) + lam * th)
             if not (reuse and i):
                 Xs.append(X), ys.append(y)
         avg = agg_scale * th.mean(-2)                                               # post-aggregation model
@@ -294,7 +295,7 @@ def rounds_57(task, K, tau, T, b, eta, lam, R, seed, local_sign=1.0) -> dict:
         for _ in range(tau):
             X, y = task.sample(b, rng, (R,))                                        # [R, K, b, d]
             res = (X * th.unsqueeze(-2)).sum(-1) - y
-            th = th - local_sign * eta * ((X * res.unsqueeze(-1)).mean(-2) + lam * th)
+            th = rules.sgd_step(th, local_sign * eta, (X * res.unsqueeze(-1)).mean(-2) + lam * th)
             Xs.append(X), ys.append(y)
         X, y = torch.cat(Xs, -2), torch.cat(ys, -1)                                 # Z_{k,r}: [R, K, tau b, d]
         A = X.transpose(-1, -2) @ X / X.shape[-2] + lam * eye

@@ -18,6 +18,7 @@ import torch
 
 from .claims import (HOLDS, INCONCLUSIVE, NOT_CHECKED, SANITY, VIOLATED, Claim, bound, identity, loglog_fit,
                      loglog_slope, slack, slope)
+from . import rules
 from .engine_toys import make_run, trajectory
 from .toys import DT, HeteroQuadratics, _mv, make_logistic, make_quadratics, participation_mask, save_figure
 
@@ -73,20 +74,19 @@ def simulate(prob, *, alpha=0.1, K: int = 10, eta_l=0.01, eta_g=1.0, T: int = 10
                 g = g + sigma * torch.randn(*shape, generator=gen, dtype=DT).repeat(B // shape[0], 1, 1)
             if algo == "fedcm":
                 a = alpha.unsqueeze(1)
-                v = (a if alpha_grad else 1) * g + (1 - a) * Delta.unsqueeze(1)         # line 8
+                v = (rules.cm_direction(g, Delta.unsqueeze(1), a) if alpha_grad      # line 8
+                     else g + (1 - a) * Delta.unsqueeze(1))
             else:
-                v = g - c_i + c.unsqueeze(1)
-            y = y - eta_l.unsqueeze(1) * v
+                v = rules.scaffold_direction(g, c_i, c)
+            y = rules.sgd_step(y, eta_l.unsqueeze(1), v)
             gsum = gsum + g
         dy = y - x.unsqueeze(1)                                                # Delta^t_i, model deltas
         n_sel = m.sum(1)                                                       # realised |S_t|, [B, 1]
         w = m if client_weight is None else m * torch.as_tensor(client_weight, dtype=DT).reshape(1, N, 1)
         mean_dy = (dy * w).sum(1) / w.sum(1)
-        Delta = -mean_dy / (eta_l * K)                                         # line 13, gradient units
+        Delta = rules.cm_server(mean_dy, eta_l, K)                              # line 13, gradient units
         if algo == "scaffold":
-            c_new = c_i - c.unsqueeze(1) - dy / (K * eta_l.unsqueeze(1))
-            c = c + ((c_new - c_i) * m).sum(1) / N
-            c_i = torch.where(m.bool(), c_new, c_i)
+            c_i, c = rules.scaffold_controls(c_i, c, dy, m, K, eta_l.unsqueeze(1), N)
         x = x + eta_g * mean_dy                                                # line 14, relative eta_g
         xs.append(x), Ds.append(Delta), Dts.append((gsum * m).sum(1) / (K * n_sel)), eps.append(e)
         disp.append(((dy - mean_dy.unsqueeze(1)).pow(2).sum(-1) * m.squeeze(-1)).sum(1) / n_sel.squeeze(-1))

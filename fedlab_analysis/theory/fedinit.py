@@ -18,6 +18,7 @@ import torch
 
 from .claims import (HOLDS, INCONCLUSIVE, OBSERVATION, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity,
                      loglog_fit, loglog_slope, regime_text, slack, slope)
+from . import rules
 from .engine_toys import make_run, trajectory
 from .toys import (
     DT,
@@ -56,7 +57,7 @@ def simulate(prob, *, beta, K: int = 10, eta=0.1, T: int = 100, N: int | None = 
         et = eta * (decay(t) if decay else 1.0)
         m = participation_mask(rshape, C, C if N is None else N, gen).expand(*batch, C).unsqueeze(-1).to(DT)
         n_sel = m.sum(-2)
-        x0 = w.unsqueeze(-2) + beta * (w.unsqueeze(-2) - last)       # line 6: relaxed initialisation
+        x0 = rules.relaxed_start(w, last, beta)                       # line 6: relaxed initialisation
         y = x0
         for k in range(K):
             if mb is None:
@@ -66,7 +67,7 @@ def simulate(prob, *, beta, K: int = 10, eta=0.1, T: int = 100, N: int | None = 
                 g = prob.grad(y, idx.expand(*dshape, C, mb))
             if sigma:
                 g = g + sigma * torch.randn(*rshape, C, d, generator=gen, dtype=DT)
-            y = y - et * g
+            y = rules.sgd_step(y, et, g)
         if isinstance(agg, torch.Tensor):                            # per run: 0 = line 16, 1 = the code's
             w = (m * y).sum(-2) / n_sel + agg.unsqueeze(-1) * (w - (m * x0).sum(-2) / n_sel)
         elif agg == "final_avg":
@@ -243,9 +244,9 @@ def check_fixed_point_bias(C=10, d=5, K=10, eta=0.05, betas=(-0.3, 0.0, 0.1, 0.3
 def _one_round(prob, state, beta, K, eta):
     """One full-participation GD round of Algorithm 1 from an explicit state (w, last local models)."""
     w, last = state["w"], state["last"]
-    y = w.unsqueeze(-2) + beta.reshape(-1, 1, 1) * (w.unsqueeze(-2) - last)
+    y = rules.relaxed_start(w, last, beta.reshape(-1, 1, 1))
     for _ in range(K):
-        y = y - eta * prob.grad(y)
+        y = rules.sgd_step(y, eta, prob.grad(y))
     return {"w": y.mean(-2), "last": y}
 
 
@@ -496,7 +497,7 @@ def check_amplification(C=10, S=20, d=5, K=5, T=40, pairs=8, beta=0.3, c=0.2, se
     w = torch.zeros(2, 1, pairs, d, dtype=DT)
     last = w.unsqueeze(-2).expand(2, 1, pairs, C, d).clone()
     for t in range(T):
-        x0 = w.unsqueeze(-2) + beta * (w.unsqueeze(-2) - last)
+        x0 = rules.relaxed_start(w, last, beta)
         dK_prev = (last[0] - last[1]).norm(dim=-1).mean(-1)
         d0 = (x0[0] - x0[1]).norm(dim=-1).mean(-1)
         if t > 0:

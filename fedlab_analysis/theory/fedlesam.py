@@ -23,6 +23,7 @@ import torch
 from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, loglog_fit, loglog_slope,
                      rate, slack)
 from .fedsmoo import active_masks, cos, flatness_runs, flatness_text, judge, per_run, unit
+from . import rules
 from .engine_toys import make_run
 from .toys import DT, make_quadratics, save_figure
 from .toys_nonconvex import make_sharp_flat
@@ -69,7 +70,7 @@ def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l
         x = wc.expand(*batch, m, d).clone()
         if method == "fedlesam":                                 # eq. (3), constant during the round
             ref = old if w_old == "paper" else (w if w_prev is None else w_prev).unsqueeze(-2)
-            delta_c = rho * unit(ref - wc).expand(*batch, m, d)
+            delta_c = rules.lesam_estimate(ref, wc, rho).expand(*batch, m, d)
             seen = (last >= 0) if w_old == "paper" else torch.full((m,), w_prev is not None)
             if first == "zero":
                 delta_c = torch.where(seen.unsqueeze(-1), delta_c, torch.zeros_like(delta_c))
@@ -83,7 +84,7 @@ def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l
                 delta = torch.zeros_like(x) if track else 0.0
             elif method == "fedsam":                             # same noise draw for ascent and descent
                 g = prob.grad(x) if xi is None else prob.grad(x) + xi
-                delta = rho * (unit(g) if normalise else g)
+                delta = rules.sam_ascent(g, rho) if normalise else rho * g
             else:
                 delta = delta_c
             if track:
@@ -95,7 +96,7 @@ def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l
                 gap = (unit(prob.grad_f(wg)).unsqueeze(-2) - unit(delta)).norm(dim=-1)
                 pd = pd + over_active(gap).mean()
             g = prob.grad(x + delta)
-            x = x - eta_li * (g if xi is None else g + xi)
+            x = rules.sgd_step(x, eta_li, g if xi is None else g + xi)
             if track:
                 dr_k.append(over_active((x - wc).pow(2).sum(-1)))
         if method == "fedlesam" and w_old == "paper":

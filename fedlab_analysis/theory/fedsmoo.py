@@ -23,7 +23,9 @@ import torch
 
 from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity,
                      loglog_fit, loglog_slope, rate, slack, slope)
+from . import rules
 from .engine_toys import make_run
+from .rules import unit
 from .toys import DT, HeteroQuadratics, _mv, participation_mask, save_figure, spectrum_matrix
 from .toys_nonconvex import make_mlp_problem, make_sharp_flat
 
@@ -40,12 +42,6 @@ def make_toy(m: int = 20, d: int = 10, eig_lo: float = 0.1, eig_hi: float = 5.0,
     A = np.stack([spectrum_matrix(np.exp(rng.uniform(math.log(eig_lo), math.log(eig_hi), d)), rng)
                   for _ in range(m)])
     return HeteroQuadratics(A, spread * rng.standard_normal((m, d)))
-
-
-def unit(v: torch.Tensor) -> torch.Tensor:
-    """v / ||v|| over the last dim (0 where v = 0)."""
-    n = v.norm(dim=-1, keepdim=True)
-    return torch.where(n > 0, v / n.clamp_min(1e-300), torch.zeros_like(v))
 
 
 def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -73,9 +69,9 @@ def _perturb(rule: str, g, mu, s, r, sign: float = 1.0, mu_sign: float = 1.0):
     if rule == "none":
         return torch.zeros_like(g), mu
     if rule == "local":                                    # FedSAM: r g / ||g||
-        return r * unit(g), mu
-    shat = sign * r * unit(g - mu - s.unsqueeze(-2))       # corrected ascent (g - mu_i) - s
-    return shat, mu + mu_sign * (shat - s.unsqueeze(-2))
+        return rules.sam_ascent(g, r), mu
+    shat, mu_new = rules.smoo_ascent(g, mu, s, sign * r)   # corrected ascent (g - mu_i) - s
+    return shat, (mu_new if mu_sign == 1.0 else mu + mu_sign * (shat - s.unsqueeze(-2)))
 
 
 def per_run(v, batch: tuple) -> torch.Tensor:
@@ -140,7 +136,7 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
                     c_g = torch.zeros_like(gap) if probe_cos == "cons" else cos(shat, prob.grad_f(x))
                     probe_k.append(torch.stack([c_g, gap])[..., masks[t]].mean(-1))
                 gh = prob.grad(x + shat) if rule != "none" else g
-                x = x - eta * (gh + ((x - wb) / beta_i - lam_i if dyn else 0.0))   # line 11
+                x = rules.sgd_step(x, eta, rules.dyn_direction(gh, x, wb, lam_i, beta_i) if dyn else gh)  # l. 11
         delta = torch.where(a, x - wb, torch.zeros_like(x))
         W = torch.where(a, x, W)
         n_act = int(masks[t].sum())
@@ -149,8 +145,7 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
             lam_i = lam_i - delta / beta_i                                    # line 14
             lam = lam - delta.sum(-2) / (beta * m)                            # line 18
         if rule == "corrected":                                               # lines 13 and 17
-            s_tilde = mu - shat if s_rule == "paper" else mu
-            s = r * unit((s_tilde * a).sum(-2) / n_act)
+            s = rules.smoo_server(mu, shat, a, r, paper=s_rule == "paper")
         w = (wbar + beta * lam if fault == "server_sign" else wbar - beta * lam) if dyn else wbar   # line 19
         for k, v in zip(rec, (wbar, lam, lam_i, W, shat, shat0)):
             rec[k].append(v)
