@@ -95,6 +95,14 @@ def plot(res: dict):
     ax[0, 1].axhline(0, color="k", lw=0.8)
     ax[0, 1].set(xticks=x, xticklabels=names, ylabel="gain from +RI (points)", title="+RI minus vanilla")
     ax[0, 1].legend(fontsize=7, loc="best")
+    bottom = ax[0, 0].get_ylim()[0]
+    for i, a in enumerate(names):                      # a +RI bar below the axis or a collapse: said, not hidden
+        if res["rows"][a]["verdict"] == "diverged":
+            ax[0, 0].annotate(f"+RI diverged\n(mean {res['rows'][a]['ri'][0]:.1%})", (i + 0.2, bottom),
+                              xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                              color="C3")
+            ax[0, 1].annotate("diverged", (i - 0.2, ours[i]), xytext=(0, -4), textcoords="offset points",
+                              ha="center", va="top", fontsize=7, color="C3")
     for a in (ax[0, 0], ax[0, 1]):
         a.tick_params(axis="x", labelsize=8, rotation=30)
     c = res["config"]
