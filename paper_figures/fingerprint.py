@@ -16,9 +16,12 @@ with a chance of about 1e-6 per number, about 1e-3 for the battery's ~960 number
 retrains, it never keeps a wrong run), where rounding each of its ~24,000 weights would give about 2%; a real
 change, even a 1e-7 change of the learning rate, moves them by far more.
 
-The memo ``<runs root>/fingerprints.json`` = {training_source_hash: fingerprint} (:func:`recorded`) lets
-``runs.status`` compare a cached run's source with the current one. Only the current code can be fingerprinted, so
-record a source's fingerprint while it is checked out: ``python -m paper_figures.fingerprint --tier mnist``.
+The memo ``<runs root>/fingerprints.json`` = {training_source_hash: fingerprint, "hooks:<tag>:<hooks_source_hash>":
+hooks fingerprint} (:func:`recorded`, :func:`recorded_hooks`; the hooks' battery is
+:mod:`paper_figures.hooks_fingerprint`) lets ``runs.status`` compare a cached run's sources with the current ones; a
+memo of training entries alone reads as before. Only the current code can be fingerprinted, so record a source's
+fingerprints while it is checked out: ``python -m paper_figures.fingerprint --tier mnist`` (the training code's and
+the hooks' of every tag the cache's runs carry).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 MEMO = "fingerprints.json"
+HOOKS_PREFIX = "hooks:"                   # memo keys of hooks fingerprints; a training source hash is 12 hex digits
 DIGITS = 9
 BASE = dict(model="mlp", model_kwargs={"widths": [12, 10]}, dtype="float64", device="cpu", client_parallel="vmap",
             clients=7, partition="labeldir", dir_alpha=0.6, min_size=10, sampling="bernoulli", active_ratio=0.6,
@@ -86,10 +90,15 @@ def _digest(obj) -> str:
 
 
 def _weights(run) -> dict:
-    """Per parameter tensor: sum, sum of squares and a projection on fixed uniform(-1, 1) weights (seed 0)."""
+    """:func:`_summary` of the run's global weights."""
+    return _summary(run.space.unflatten(run.w))
+
+
+def _summary(named: dict) -> dict:
+    """Per tensor (name -> tensor): sum, sum of squares and a projection on fixed uniform(-1, 1) weights (seed 0)."""
     import torch
     out = {}
-    for name, v in sorted(run.space.unflatten(run.w).items()):
+    for name, v in sorted(named.items()):
         v = v.detach().double().flatten().cpu()
         r = torch.rand(v.numel(), generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
         out[name] = [list(v.shape), float(v.sum()), float(v @ v), float(v @ r)]
@@ -226,6 +235,35 @@ def recorded(root, source: str | None = None, progress: bool = False) -> str:
     return fp
 
 
+def hooks_key(tag: str, hooks_source: str) -> str:
+    """The memo key of the hooks fingerprint of ``tag`` at ``runs.hooks_source_hash(tag) == hooks_source``."""
+    return f"{HOOKS_PREFIX}{tag}:{hooks_source}"
+
+
+def recorded_hooks(root, tag: str, hooks_source: str | None = None, progress: bool = False) -> str:
+    """The hooks fingerprint of ``tag`` for the current code, from the memo under :func:`hooks_key` (default source:
+    the current ``runs.hooks_source_hash(tag)``), else computed once and recorded there."""
+    from paper_figures import hooks_fingerprint, runs
+    key = hooks_key(tag, hooks_source or runs.hooks_source_hash(tag))
+    fp = read_memo(root).get(key)
+    if fp is None:
+        fp = hooks_fingerprint.hooks_fingerprint(tag, progress=progress)
+        record(root, key, fp)
+    return fp
+
+
+def cached_tags(root) -> list:
+    """The registered hooks tags that runs in the cache at ``root`` carry (their key.json files), sorted."""
+    from paper_figures import runs
+    tags = set()
+    for p in Path(root).glob("*/key.json"):
+        try:
+            tags.add(json.loads(p.read_text()).get("tag") or "")
+        except (OSError, ValueError, AttributeError):
+            continue
+    return sorted(t for t in tags if t in runs.HOOKS)
+
+
 def main(argv=None) -> int:
     from fedlab_analysis.errors import ArgParser
     from paper_figures import common
@@ -241,10 +279,13 @@ def main(argv=None) -> int:
     source = runs.training_source_hash()
     try:
         fp = recorded(root, source, progress=True)
+        hooks = {t: (runs.hooks_source_hash(t), recorded_hooks(root, t, progress=True)) for t in cached_tags(root)}
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"source {source} fingerprint {fp} ({root / MEMO})")
+    for t, (h, hfp) in hooks.items():
+        print(f"hooks {t} source {h} fingerprint {hfp}")
     return 0
 
 

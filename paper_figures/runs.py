@@ -8,10 +8,12 @@ tagged run, :func:`hooks_source_hash` (the hooks write the probe rows the script
 code, e.g. the radius it measures sharpness at, recomputes the tagged runs; untagged runs are unaffected); an entry
 whose key differs is trained again from scratch; one with the same key and no done.json resumes from its last
 checkpoint (bit-identical, ``train(resume=True)``); a done one is never touched. Keys that differ in
-:func:`training_source_hash` alone count as equal when ``<root>/fingerprints.json`` records one behavioural
-fingerprint for both sources (:mod:`paper_figures.fingerprint`: a float64 battery of every algorithm whose numbers, to
-9 digits, and data agree), so an edit that changes no number keeps every run, and the entry keeps its key.json; a
-source with no recorded fingerprint cannot be verified, and its runs are trained again. A run that raises is
+:func:`training_source_hash` and/or :func:`hooks_source_hash` alone count as equal when ``<root>/fingerprints.json``
+records one behavioural fingerprint for the old and the new source of each (:mod:`paper_figures.fingerprint`: a
+float64 battery of every algorithm whose numbers, to 9 digits, and data agree; :mod:`paper_figures.hooks_fingerprint`:
+the tag's hooks on a float64 battery, their rows to 9 digits), so an edit that changes no number keeps every run, and
+the entry keeps its key.json; a source with no recorded fingerprint cannot be verified, and its runs are trained
+again. A run that raises is
 recorded in failed.json and the others go on; a run whose loss goes non-finite is done, with ``diverged`` set (an
 outcome).
 
@@ -134,30 +136,47 @@ def tasks(items, tier: str, out_root=None) -> list[dict]:
 
 
 def same_behaviour(old: dict, key: dict, root: Path) -> bool:
-    """``old`` and ``key`` differ in ``source`` alone and the memo at ``root`` holds one fingerprint for both (an
-    old source without a memoised fingerprint cannot be verified: False, and nothing is computed)."""
-    if old.get("source") == key["source"] or {**old, "source": key["source"]} != key:
-        return False
+    """``old`` and ``key`` differ in ``source`` and/or ``hooks_source`` alone, and the memo at ``root`` gives the old
+    and the new source of each that differs one fingerprint (training: the source hash; hooks:
+    ``fingerprint.hooks_key(tag, hooks_source)``). An old source without a memoised fingerprint cannot be verified:
+    False, and nothing is computed; the current sources' fingerprints are computed then, once, if not yet there."""
     from paper_figures import fingerprint
+    differ = {k for k in {*old, *key} if old.get(k) != key.get(k)}
+    if not differ or not differ <= {"source", "hooks_source"} or \
+            ("hooks_source" in differ and not (old.get("hooks_source") and key.get("hooks_source"))):
+        return False
+    checks = []                                       # (old memo key, new memo key, what, compute the new one)
+    if "source" in differ:
+        checks.append((old["source"], key["source"], "the training code",
+                       lambda: fingerprint.recorded(root, key["source"], progress=True)))
+    if "hooks_source" in differ:
+        tag = key["tag"]
+        checks.append((fingerprint.hooks_key(tag, old["hooks_source"]), fingerprint.hooks_key(tag, key["hooks_source"]),
+                       f"the hooks of {tag!r}",
+                       lambda: fingerprint.recorded_hooks(root, tag, key["hooks_source"], progress=True)))
     try:
-        fp = fingerprint.read_memo(root).get(old["source"])
+        memo = fingerprint.read_memo(root)
     except ValueError:                                # an unreadable memo verifies nothing
         return False
-    if fp is None or key["source"] in _UNFINGERPRINTED:
+    if any(memo.get(was) is None or now in _UNFINGERPRINTED for was, now, _, _ in checks):
         return False
-    try:
-        return fp == fingerprint.recorded(root, key["source"], progress=True)
-    except Exception as e:                            # noqa: BLE001  (code that cannot be fingerprinted keeps nothing)
-        _UNFINGERPRINTED.add(key["source"])          # tried once per process
-        print(f"warning: cannot fingerprint the training code ({type(e).__name__}: {e}); runs trained by other "
-              f"code are trained again", file=sys.stderr)
-        return False
+    for was, now, what, compute in checks:
+        try:
+            if memo[was] != compute():
+                return False
+        except Exception as e:                        # noqa: BLE001  (code that cannot be fingerprinted keeps nothing)
+            _UNFINGERPRINTED.add(now)                 # tried once per process
+            print(f"warning: cannot fingerprint {what} ({type(e).__name__}: {e}); runs trained by other code are "
+                  f"trained again", file=sys.stderr)
+            return False
+    return True
 
 
 def status(task: dict) -> str:
     """new / partial / failed / done. An entry is current when its key.json equals the task's key, or when the two
-    differ in ``source`` alone and the memo ``<root>/fingerprints.json`` gives both sources the same behavioural
-    fingerprint (:mod:`paper_figures.fingerprint`); the current source's is computed then, once, if not yet there."""
+    differ in ``source`` and/or ``hooks_source`` alone and the memo ``<root>/fingerprints.json`` gives the old and
+    the new source of each the same behavioural fingerprint (:func:`same_behaviour`, :mod:`paper_figures.fingerprint`,
+    :mod:`paper_figures.hooks_fingerprint`)."""
     p = Path(task["path"])
     if not (p / "key.json").exists():
         return "new"
