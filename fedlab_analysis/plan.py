@@ -100,7 +100,7 @@ def model_size(cfg, shape, n_classes) -> tuple[int, int, int, int]:
         acts = []
         hooks = [m.register_forward_hook(lambda m, i, o: acts.append(o.numel()))
                  for m in model.modules() if not list(m.children())]
-        model(torch.zeros(1, *shape))
+        model.eval()(torch.zeros(1, *shape))         # eval: BatchNorm takes a batch of one
     for h in hooks:
         h.remove()
     P = sum(p.numel() for p in model.parameters())
@@ -121,10 +121,11 @@ def largest_active(cfg) -> int:
     return top
 
 
-def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = False) -> Plan:
+def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = False,
+         budget: int | None = None) -> Plan:
     """The plan of run ``cfg`` (validated RunConfig); ``hooks``: the training callbacks it will carry (a round with
     hooks takes all active clients at once: they read them all); ``running``: the run plans itself (Run._chunk), so
-    the memory it already holds counts as its own."""
+    the memory it already holds counts as its own; ``budget``: bytes the run may use instead of what is free."""
     from .trainers import ALGORITHMS
     algo = ALGORITHMS[cfg.algo](cfg)
     s = 8 if cfg.dtype == "float64" else 4
@@ -161,8 +162,9 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = F
     elif cfg.client_chunk is not None:
         C = min(cfg.client_chunk, n)
     elif n > 1:
-        budget = free_memory(dev)
-        budget = budget + in_use(dev) if running and budget is not None else budget
+        if budget is None:
+            budget = free_memory(dev)
+            budget = budget + in_use(dev) if running and budget is not None else budget
         need = lambda C: sum(p.memory.values()) + sum(at_once(C).values())     # noqa: E731
         if budget is not None and need(n) > budget:
             C = max([c for c in range(1, n) if need(c) <= budget] or [1])
