@@ -10,6 +10,9 @@ A round, top to bottom:
         x   -= lr * (clip(d) + c x)                     in place; clients past their own K_i stay put
         algo.after_step(...); callbacks('step', ...)    FedALS synchronisation; probes watching local steps
     algo.client_end -> w = algo.aggregate -> algo.server_end; callbacks('round', ...)
+The client side (start .. client_end: Run.clients) takes every active client at once, or, where the memory plan
+(plan.py) or --client-chunk says so, C of them at a time (Run.chunks): each chunk's [C, P] buffers reused, and the
+server step reads what it needs of the clients as sums over the chunks (RoundCtx.add / total / mean).
 All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables (``Run.table``, on --state-device).
 
 The gradients of a step come from ``Run.grads``: ``--client-parallel loop`` takes one client after the other,
@@ -515,6 +518,8 @@ class Run:
         """Drop the finished round's [n, P] tensors (the algorithm's round constants, Delta_i, the start points)
         and the work buffers, so evaluation and the checkpoint do not hold them (train's loop calls it)."""
         ctx.extra, ctx.x0, ctx.delta, ctx.per = {}, None, None, {}
+        if ctx.sums is not None:                     # a chunked round's sums
+            ctx.sums = {}
         self._scratch.clear()
 
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
