@@ -96,7 +96,9 @@ def test_chunked_every_algorithm(monkeypatch, algo, parallel, setting):
         assert max_rel(state(whole), state(chunked)) == 0
         return
     assert seen and max(seen) == 2 and len(seen) > whole.cfg.rounds, seen
-    assert max_rel(state(whole), state(chunked)) < TOL
+    diff = max_rel(state(whole), state(chunked))
+    print(f"chunked-vs-whole {algo} {parallel} {setting}: max relative difference {diff:.2e}")
+    assert diff < TOL
 
 
 def test_batchnorm_buffers_and_augmentation(monkeypatch):
