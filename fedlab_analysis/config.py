@@ -66,6 +66,12 @@ class RunConfig:
     state_device: str = _f("run", "where the per-client state tables (SCAFFOLD c_i, FedDyn h_i, FedSMOO mu_i, "
                            "FedLESAM's old models, last local models) live: run (the run's device) | cpu (host "
                            "memory, pinned on a CUDA run; the active rows move once per round)", choices=("run", "cpu"))
+    client_chunk: int | None = _f(None, "active clients trained at once: a round takes its active clients in chunks "
+                                  "of at most this many, one chunk after the other, each chunk's [C, P] buffers "
+                                  "reused and the server's means taken over all of them (agrees with the round of all "
+                                  "at once to float round-off, not bit for bit); default: all at once where the memory "
+                                  "plan (--dry-run) finds room, else the largest chunk that fits. FedALS and runs "
+                                  "with training hooks take all at once", lo=1)
     precision: str = _f("fp32", "training arithmetic: fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast of the local "
                         "forward/backward to bfloat16); evaluation, aggregation and state stay in --dtype",
                         choices=("fp32", "tf32", "bf16"))
@@ -362,7 +368,7 @@ def validate_dict(d: dict, source: str = "config") -> RunConfig:
 # the algorithms with a proximal term (mu) or a dual correction (lamb, read in every setting): --ri-anchor moves
 # their centre (trainers/parts.py: Prox, Dyn); for every other algorithm it has nothing to move
 ANCHORED = tuple(a for a, u in algos.USES.items() if "mu" in u or ("lamb" in u and "when" not in u["lamb"]))
-EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device", "compile")
+EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device", "compile", "client_chunk")
 
 DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,
             "server_momentum": 0.9}

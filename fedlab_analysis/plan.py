@@ -9,6 +9,9 @@ Peak memory on the run's device = runtime + data + model + per-client tables + t
     working     the larger of: the round's [n, P] buffers (n = the largest active set) with the activations of one
                 minibatch (loop: one client's, vmap: all active clients'); and an evaluation batch's activations
                 (train's loop releases the round's buffers before it evaluates)
+Where the round of all n active clients at once would not fit the memory the run may use (free, plus what the run
+already holds when it plans itself), the round takes them in chunks of C < n (the largest C that fits; at least 1):
+its buffers are [C, P] and the server's sums a few [P] vectors (engine.py: Run.chunks). --client-chunk forces C.
 Disk = last.pt (all a resume needs) + with --ckpt-keep all a model checkpoint every --ckpt-every rounds.
 The counts of [n, P] buffers are read off the trainer (engine.py, parts.py); tests/test_memory_plan.py checks the
 estimate against measured peak RSS on the CPU.
@@ -43,6 +46,8 @@ class Plan:
     memory: dict = field(default_factory=dict)
     host: dict = field(default_factory=dict)
     disk: dict = field(default_factory=dict)
+    chunk: int | None = None      # active clients trained at once, where fewer than all (Run.chunk); None: all
+    n_active: int = 0             # the largest active set
 
     @property
     def peak(self) -> int:
@@ -58,6 +63,8 @@ class Plan:
     def lines(self) -> list[str]:
         f = lambda d: ", ".join(f"{k} {gib(v)}" for k, v in d.items() if v)   # noqa: E731
         out = [f"{self.name}: peak {gib(self.peak)} on {self.device} ({f(self.memory)})"]
+        if self.chunk is not None:
+            out.append(f"  rounds in chunks of {self.chunk} of the {self.n_active} active clients (--client-chunk)")
         if self.host:
             out.append(f"  host memory: {gib(sum(self.host.values()))} ({f(self.host)})")
         out.append(f"  disk: {gb(self.disk_total)} ({', '.join(f'{k} {gb(v)}' for k, v in self.disk.items())})")
@@ -93,7 +100,7 @@ def model_size(cfg, shape, n_classes) -> tuple[int, int, int, int]:
         acts = []
         hooks = [m.register_forward_hook(lambda m, i, o: acts.append(o.numel()))
                  for m in model.modules() if not list(m.children())]
-        model(torch.zeros(1, *shape))
+        model.eval()(torch.zeros(1, *shape))         # eval: BatchNorm takes a batch of one
     for h in hooks:
         h.remove()
     P = sum(p.numel() for p in model.parameters())
@@ -114,8 +121,11 @@ def largest_active(cfg) -> int:
     return top
 
 
-def plan(cfg, dataset=None, hooks=(), name: str | None = None) -> Plan:
-    """The plan of run ``cfg`` (validated RunConfig); ``hooks``: the training callbacks it will carry."""
+def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = False,
+         budget: int | None = None) -> Plan:
+    """The plan of run ``cfg`` (validated RunConfig); ``hooks``: the training callbacks it will carry (a round with
+    hooks takes all active clients at once: they read them all); ``running``: the run plans itself (Run._chunk), so
+    the memory it already holds counts as its own; ``budget``: bytes the run may use instead of what is free."""
     from .trainers import ALGORITHMS
     algo = ALGORITHMS[cfg.algo](cfg)
     s = 8 if cfg.dtype == "float64" else 4
@@ -139,12 +149,29 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None) -> Plan:
     p.memory["data"] = (n_tr + n_te) * (feat * s + 8)
     p.memory["model"] = (6 + len(algo.vectors)) * (P + nbuf) * s
     table_bytes = tables * m * P * s
-    if cfg.state_device == "cpu" and dev == "cuda":
-        p.host["tables"], p.host["staging"] = table_bytes, 2 * tables * n * P * s
-        p.memory["tables"] = tables * n * P * s
-    else:
-        p.memory["tables"] = table_bytes
-    p.memory["working set"] = max(rows * n * P * s + grad_act, eval_act)
+    staged = cfg.state_device == "cpu" and dev == "cuda"       # tables in host memory, C rows each on the device
+
+    def at_once(C: int) -> dict:                       # the items that grow with C, the clients trained at once
+        sums = 4 * P * s if C < n else 0               # a chunked round's sums and their chunk's term
+        return {"tables": tables * C * P * s if staged else table_bytes,
+                "working set": max(rows * C * P * s + grad_act * (C / n if parallel == "vmap" else 1) + sums,
+                                   eval_act)}
+    C = n
+    if not algo.chunkable or hooks:                    # FedALS averages over all clients at local steps; hooks read all
+        pass
+    elif cfg.client_chunk is not None:
+        C = min(cfg.client_chunk, n)
+    elif n > 1:
+        if budget is None:
+            budget = free_memory(dev)
+            budget = budget + in_use(dev) if running and budget is not None else budget
+        need = lambda C: sum(p.memory.values()) + sum(at_once(C).values())     # noqa: E731
+        if budget is not None and need(n) > budget:
+            C = max([c for c in range(1, n) if need(c) <= budget] or [1])
+    p.chunk, p.n_active = (C if C < n else None), n
+    p.memory.update(at_once(C))
+    if staged:
+        p.host["tables"], p.host["staging"] = table_bytes, 2 * tables * C * P * s
     model_ck = (1 + len(algo.vectors)) * (P + nbuf) * s + n_tr * 8
     p.disk["last.pt"] = model_ck + table_bytes + (m * 8 if keep else 0)
     if cfg.ckpt_every and cfg.ckpt_keep == "all":
@@ -172,6 +199,17 @@ def free_memory(device: str) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def in_use(device: str) -> int:
+    """What this process holds already: its resident memory on the CPU, its reserved memory on CUDA."""
+    if device == "cuda":
+        return torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_disk(path) -> int:
     path = os.path.abspath(path)
     while not os.path.exists(path):
@@ -180,7 +218,7 @@ def free_disk(path) -> int:
 
 
 SHRINK = {"tables": "--state-device cpu (tables in host memory) or fewer --clients",
-          "working set": "a smaller --active-ratio or --batch-size, or --client-parallel loop",
+          "working set": "a smaller --client-chunk, --active-ratio or --batch-size, or --client-parallel loop",
           "data": "a smaller data set", "model": "a smaller --model", "runtime": "a machine with more memory"}
 
 

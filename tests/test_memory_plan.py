@@ -34,12 +34,17 @@ with tempfile.TemporaryDirectory() as out:
     train(cfg, out, dataset=ds)
 print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "estimate": est}))
 """
-CASES = {   # three models where the planned items (tables, working set, activations) dominate the runtime
+CASES = {   # three models where the planned items (tables, working set, activations) dominate the runtime; a chunked
+    #         round (--client-chunk: [C, P] buffers and the server's sums)
     "mlp-scaffold-tables": dict(algo="scaffold", dataset="digits", model="mlp", model_kwargs={"widths": [512, 512]},
                                 clients=300, active_ratio=0.2, sampling="fixed", local_steps=2, batch_size=16),
     "mlp-fedsmoo-vmap": dict(algo="fedsmoo", dataset="digits", model="mlp", model_kwargs={"widths": [1024, 512]},
                              clients=120, active_ratio=0.5, sampling="fixed", local_steps=2, batch_size=32,
                              client_parallel="vmap"),
+    "mlp-fedsmoo-vmap-chunked": dict(algo="fedsmoo", dataset="digits", model="mlp",
+                                     model_kwargs={"widths": [1024, 512]}, clients=120, active_ratio=0.5,
+                                     sampling="fixed", local_steps=2, batch_size=32, client_parallel="vmap",
+                                     client_chunk=8),
     "resnet18gn-fedavg": dict(algo="fedavg", model="resnet18gn", images=True, clients=20, active_ratio=0.5,
                               sampling="fixed", local_steps=1, batch_size=32, eval_train_samples=200),
 }

@@ -43,6 +43,7 @@ class Algorithm:
                                                      cfg.ri_agg == "delta_from_init")    # reads ctx.x0
         self.tables = [k for p in self.parts for k in p.tables]      # per-client [m, P] tables, by name
         self.vectors = [k for p in self.parts for k in p.vectors]    # [P] vectors
+        self.chunkable = all(p.chunkable for p in self.parts)       # rounds may run in chunks (Run.chunks)
 
     def init(self, run):
         for p in self.parts:
@@ -77,6 +78,8 @@ class Algorithm:
     def client_end(self, run, ctx, x):
         ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
         ctx.delta = torch.sub(x, ctx.x0 if ri_code else ctx.w, out=run.spare(x))   # Delta_i, the client update
+        ctx.add("delta", ctx.delta)                   # what the server step reads of the clients (RoundCtx.add)
+        ctx.add("x", x)
         for p in self.parts:
             p.client_end(run, ctx, x)
 
@@ -84,7 +87,7 @@ class Algorithm:
         for p in reversed(self.parts):
             if p.aggregate is not None:
                 return p.aggregate(run, ctx, x)
-        return ctx.w + run.cfg.hp("server_lr") * ctx.delta.mean(0)        # FedAvg with eta_g
+        return ctx.w + run.cfg.hp("server_lr") * ctx.mean("delta")        # FedAvg with eta_g
 
     def server_end(self, run, ctx, x, w_new):
         for p in self.parts:
@@ -107,6 +110,7 @@ class ALS(Part):
     c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group."""
 
     needs_last_local = True                       # every client's own model persists in run.last_local
+    chunkable = False                             # its synchronisations average over all clients at local steps
 
     def __init__(self, tau: int, alpha: int, scaffold: bool = False):
         self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold

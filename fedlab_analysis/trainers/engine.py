@@ -10,6 +10,9 @@ A round, top to bottom:
         x   -= lr * (clip(d) + c x)                     in place; clients past their own K_i stay put
         algo.after_step(...); callbacks('step', ...)    FedALS synchronisation; probes watching local steps
     algo.client_end -> w = algo.aggregate -> algo.server_end; callbacks('round', ...)
+The client side (start .. client_end: Run.clients) takes every active client at once, or, where the memory plan
+(plan.py) or --client-chunk says so, C of them at a time (Run.chunks): each chunk's [C, P] buffers reused, and the
+server step reads what it needs of the clients as sums over the chunks (RoundCtx.add / total / mean).
 All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables (``Run.table``, on --state-device).
 
 The gradients of a step come from ``Run.grads``: ``--client-parallel loop`` takes one client after the other,
@@ -71,10 +74,31 @@ class RoundCtx:
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
     extra: dict = field(default_factory=dict)   # per-round values of the algorithm; a tensor [n, ...] is per client
     segs: list = field(default_factory=list)    # (a, b, device rows, host rows): steps a..b-1 of the clients K_i > a
+    per: dict = field(default_factory=dict)     # what the server step reads, per client [n, ...] (RoundCtx.add)
+    sums: dict | None = None          # a chunked round's running sums over its chunks of the same (shared by them)
 
     @property
     def n(self) -> int:
         return len(self.S)
+
+    def add(self, name: str, v: torch.Tensor) -> None:
+        """Per-client values v [n, ...] that the server step reads as their sum or mean over the round's active
+        clients (``total``, ``mean``): kept as they are in a round of all active clients at once, or added to the
+        round's running sum by each chunk of a chunked round (Run.chunks), so no [n, P] tensor outlives a chunk."""
+        if self.sums is None:
+            self.per[name] = v
+        elif name in self.sums:
+            self.sums[name].add_(v.sum(0))
+        else:
+            self.sums[name] = v.sum(0)
+
+    def total(self, name: str) -> torch.Tensor:
+        """The sum over the round's active clients of what ``add`` was given under ``name``."""
+        return self.per[name].sum(0) if self.sums is None else self.sums[name]
+
+    def mean(self, name: str) -> torch.Tensor:
+        """The mean over the round's active clients of what ``add`` was given under ``name`` (on the round's ctx)."""
+        return self.per[name].mean(0) if self.sums is None else self.sums[name] / self.n
 
     def take(self, rows: torch.Tensor, host: list, Kmin: int) -> "RoundCtx":
         """The round restricted to the clients at ``rows`` (``host``: the same as Python ints), all of which step
@@ -186,6 +210,16 @@ class Run:
         self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
         self.algo.init(self)
+        self.chunk = self._chunk()
+
+    def _chunk(self) -> int | None:
+        """How many active clients a round trains at once (Run.chunks): --client-chunk, or the memory plan's choice
+        from the memory this process may use (plan.py); None: all of them (the round of every active client at once,
+        with no per-round cost beyond planning it here, once per run)."""
+        if not self.algo.chunkable:
+            return None
+        from ..plan import plan
+        return plan(self.cfg, dataset=self.ds, running=True).chunk
 
     # ---------------------------------------------------------------------------------------------
     def _partition(self):
@@ -338,8 +372,22 @@ class Run:
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
         ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
+        self._steps(ctx)
+        if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
+            aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
+            for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
+                g = generator(self.cfg.seed, t, i, "augment")      # the CPU generator on every device
+                for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
+                    aug[j, k, :, :a.shape[1]] = a
+            ctx.aug = self.dev(aug)
+        return ctx
+
+    def _steps(self, ctx: RoundCtx) -> None:
+        """ctx's step tables from its clients' K and batches: who steps at each k, the runs of steps with one
+        active set (``segments``), the padded minibatch table (``_pad``)."""
+        K = ctx.K
         ctx.K_dev, ctx.Kmin = self.dev(K), int(K.min())          # K lives on the host: no read-back per step
-        ctx.S_dev = self.dev(S)
+        ctx.S_dev = self.dev(ctx.S)
         act = torch.arange(int(K.max()))[:, None] < K[None, :]
         ctx.act = self.dev(act)
         masked = [act[k].nonzero().flatten() for k in range(ctx.Kmin, act.shape[0])]
@@ -349,14 +397,6 @@ class Run:
             ends = sorted(set(K.tolist()))           # the active set changes only where some client's K_i ends
             ctx.segs = [(a, b, *ctx.row_at[a]) for a, b in zip(ends, ends[1:])]
         self._pad(ctx)
-        if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
-            aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
-            for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
-                g = generator(self.cfg.seed, t, i, "augment")      # the CPU generator on every device
-                for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
-                    aug[j, k, :, :a.shape[1]] = a
-            ctx.aug = self.dev(aug)
-        return ctx
 
     def dev(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor on the run's device, copied without waiting (no host sync on CUDA)."""
@@ -441,7 +481,7 @@ class Run:
         """The round's batch tables padded to ``n_pad`` rows, with mean-loss weights everywhere (zero on padding
         and past each K_i): one kind of batch, one shape, one compile."""
         if "fixed" not in ctx.extra:
-            n, N = ctx.n, max(self.n_pad(), ctx.n)
+            n, N = ctx.n, max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
             pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
             W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
                                                            device=self.device)
@@ -477,7 +517,9 @@ class Run:
     def release(self, ctx: RoundCtx) -> None:
         """Drop the finished round's [n, P] tensors (the algorithm's round constants, Delta_i, the start points)
         and the work buffers, so evaluation and the checkpoint do not hold them (train's loop calls it)."""
-        ctx.extra, ctx.x0, ctx.delta = {}, None, None
+        ctx.extra, ctx.x0, ctx.delta, ctx.per = {}, None, None, {}
+        if ctx.sums is not None:                     # a chunked round's sums
+            ctx.sums = {}
         self._scratch.clear()
 
     def _grads(self, ctx: RoundCtx, x: torch.Tensor, data) -> torch.Tensor:
@@ -577,11 +619,36 @@ class Run:
                     ctx.extra[k].index_copy_(0, rows, v)
 
     def round(self) -> RoundCtx:
+        """One round: the client side (``clients``) for all active clients at once, or, where ``Run.chunk`` is
+        smaller than the active set, for one chunk of them after the other (``chunks``); then the server step,
+        which reads the clients' values through ``RoundCtx.total`` / ``mean`` (sums over the chunks)."""
         algo = self.algo
         for cb in self.callbacks:                    # a hook that reads the clients' last local models asks for them
             if self.last_local is None and getattr(cb, "needs_last_local", False):
                 self.keep_last_local(f"the {getattr(cb, 'name', 'probe')} hook")
         ctx = self.round_ctx(self.t)
+        if self.chunk is None or ctx.n <= self.chunk or self.callbacks:      # callbacks read every client's x
+            x = self.clients(ctx)
+        else:
+            ctx.sums, x = {}, None                   # the server step reads the sums only
+            for c in self.chunks(ctx):
+                self.clients(c)
+                c.extra, c.x0, c.delta = {}, None, None      # this chunk's [C, P] tensors go before the next's
+        w_new = algo.aggregate(self, ctx, x)
+        algo.server_end(self, ctx, x, w_new)
+        self.w = w_new
+        if self.bspace.P:
+            self.buf = ctx.mean("buf")
+        self.last_round.index_fill_(0, ctx.S_dev, self.t)
+        self.t += 1
+        for cb in self.callbacks:
+            cb("round", self, ctx, x)
+        return ctx
+
+    def clients(self, ctx: RoundCtx) -> torch.Tensor:
+        """The client side of a round for ctx's clients: start points, local steps, client_end (Delta_i, the
+        clients' tables, what the server reads: ``RoundCtx.add``), last local models; returns x [n, P]."""
+        algo = self.algo
         if self.bspace.P:
             ctx.extra["buf"] = self.buf.expand(ctx.n, -1).clone()
         x = algo.start(self, ctx)
@@ -597,18 +664,22 @@ class Run:
                 for cb in self.callbacks:
                     cb("step", self, c, xc)
         algo.client_end(self, ctx, x)
-        w_new = algo.aggregate(self, ctx, x)
-        algo.server_end(self, ctx, x, w_new)
-        self.w = w_new
         if self.bspace.P:
-            self.buf = ctx.extra["buf"].mean(0)
+            ctx.add("buf", ctx.extra["buf"])
         if self.last_local is not None:
             self.put(self.last_local, ctx.S, x)
-        self.last_round.index_fill_(0, ctx.S_dev, self.t)
-        self.t += 1
-        for cb in self.callbacks:
-            cb("round", self, ctx, x)
-        return ctx
+        return x
+
+    def chunks(self, ctx: RoundCtx):
+        """The round's active clients in chunks of at most ``Run.chunk`` (in the order of S), each a round of its
+        own clients (their step counts, minibatches and draws, as ``round_ctx`` drew them) adding to ctx's sums."""
+        for a in range(0, ctx.n, self.chunk):
+            h = list(range(a, min(a + self.chunk, ctx.n)))
+            c = RoundCtx(ctx.t, ctx.S[h], ctx.lr, ctx.w, ctx.K[h], [ctx.batches[j] for j in h], sums=ctx.sums)
+            self._steps(c)
+            if ctx.aug is not None:                  # the round's draws of these clients, cut to their batch table
+                c.aug = ctx.aug[a:a + len(h), :c.I.shape[1], :, :c.I.shape[2]]
+            yield c
 
     # ---- evaluation ---------------------------------------------------------------------------------
     @torch.no_grad()

@@ -26,6 +26,7 @@ class Part:
     needs_last_local = False  # reads run.last_local, each client's last local model (the engine keeps it)
     tables: tuple = ()        # the per-client [m, P] tables it reads, in run.state (declared: plan.py reads them)
     vectors: tuple = ()       # the [P] state vectors it keeps, in run.state
+    chunkable = True          # its server step reads the clients only through RoundCtx.add's sums (Run.chunks)
 
     def init(self, run):
         """Allocate the declared state: zero tables on --state-device, zero vectors on the run's device."""
@@ -115,12 +116,13 @@ class SMOO(SAM):
         return s_hat
 
     def client_end(self, run, ctx, x):
-        run.put(run.state["mu"], ctx.S, ctx.extra["mu"])
+        mu = ctx.extra["mu"]
+        run.put(run.state["mu"], ctx.S, mu)
+        ctx.add("smoo_v", mu if run.cfg.smoo_server == "code" else mu.sub_(ctx.extra["s_hat"]))   # written back:
+        #                                                                      mu's rows are reused for v in place
 
     def server_end(self, run, ctx, x, w_new):
-        mu = ctx.extra["mu"]                            # already written back (client_end): reused for v in place
-        v = mu if run.cfg.smoo_server == "code" else mu.sub_(ctx.extra["s_hat"])
-        run.state["s"] = self.rho * _normalize(v.mean(0))
+        run.state["s"] = self.rho * _normalize(ctx.mean("smoo_v"))
 
 
 class LESAM(Plain):
@@ -210,11 +212,11 @@ class Scaffold(Part):
     def client_end(self, run, ctx, x):
         c_i = ctx.extra["c_i"]
         new = c_i - run.state["c"] - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
-        ctx.extra["dc"] = new - c_i
+        ctx.add("dc", new - c_i)
         run.put(run.state["c_i"], ctx.S, new)
 
     def server_end(self, run, ctx, x, w_new):
-        run.state["c"] = run.state["c"] + ctx.extra["dc"].sum(0) / run.m
+        run.state["c"] = run.state["c"] + ctx.total("dc") / run.m
 
 
 class Dyn(Part):
@@ -243,8 +245,8 @@ class Dyn(Part):
             run.put(h, ctx.S, run.rows(h, ctx.S) + ctx.delta)
 
     def aggregate(self, run, ctx, x):
-        run.state["H"] = run.state["H"] + ctx.delta.sum(0) / run.m
-        return x.mean(0) + run.state["H"]
+        run.state["H"] = run.state["H"] + ctx.total("delta") / run.m
+        return ctx.mean("x") + run.state["H"]
 
 
 class Momentum(Part):
@@ -265,8 +267,11 @@ class Momentum(Part):
             d, decay = d.add_(run.cfg.wd * x), decay - run.cfg.wd
         return d.mul_(self.alpha).add_(ctx.extra["cm_D"]), decay
 
+    def client_end(self, run, ctx, x):
+        ctx.add("cm_D", ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr))
+
     def server_end(self, run, ctx, x, w_new):
-        run.state["D"] = -(ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)).mean(0)
+        run.state["D"] = -ctx.mean("cm_D")
 
 
 # ---- start points ---------------------------------------------------------------------------------
@@ -294,7 +299,7 @@ class ServerMomentum(Part):
         self.momentum = momentum
 
     def aggregate(self, run, ctx, x):
-        run.state["m"] = self.momentum * run.state["m"] + ctx.delta.mean(0)
+        run.state["m"] = self.momentum * run.state["m"] + ctx.mean("delta")
         return ctx.w + run.cfg.hp("server_lr") * run.state["m"]
 
 
@@ -304,7 +309,7 @@ class ServerAdam(Part):
     vectors = ("m", "v")
 
     def aggregate(self, run, ctx, x):
-        c, d = run.cfg, ctx.delta.mean(0)
+        c, d = run.cfg, ctx.mean("delta")
         run.state["m"] = c.beta1 * run.state["m"] + (1 - c.beta1) * d
         run.state["v"] = c.beta2 * run.state["v"] + (1 - c.beta2) * d * d
         return ctx.w + c.hp("server_lr") * run.state["m"] / (run.state["v"].sqrt() + c.eps)
