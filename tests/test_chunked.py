@@ -163,3 +163,14 @@ def test_plan_chooses_the_chunk_from_free_memory(monkeypatch):
     als = RunConfig(algo="fedals", dataset="cifar10", model="resnet18gn", clients=10, active_ratio=1.0,
                     rounds=1, client_chunk=2).validate()
     assert planning.plan(als).chunk is None
+
+
+def test_the_plans_chunk_is_recorded_in_config_json(tmp_path, monkeypatch):
+    """A chunk the memory plan chose (not asked for) lands in config.json, as the resolved parallel mode does."""
+    import json
+    from types import SimpleNamespace
+
+    import fedlab_analysis.plan as plan_mod
+    monkeypatch.setattr(plan_mod, "plan", lambda cfg, **kw: SimpleNamespace(chunk=cfg.client_chunk or 2))
+    train(cfg_of("fedavg", rounds=1), str(tmp_path))
+    assert json.loads((tmp_path / "config.json").read_text())["client_chunk"] == 2

@@ -211,6 +211,8 @@ class Run:
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
         self.algo.init(self)
         self.chunk = self._chunk()
+        if self.chunk is not None:                   # the plan's chunk is recorded, as the parallel mode is
+            self.cfg = dataclasses.replace(self.cfg, client_chunk=self.chunk)
 
     def _chunk(self) -> int | None:
         """How many active clients a round trains at once (Run.chunks): --client-chunk, or the memory plan's choice
