@@ -173,7 +173,7 @@ class Run:
             raise UserError("--compile: compiles the vmapped step of all active clients; it needs --client-parallel "
                             f"vmap (this run resolved to {self.parallel})")
         self._vfns = {}                              # the vmapped gradient per batch kind, built once (_vgrad)
-        self.batched_grad = None                     # opt-in (exact toys): fn(params, xb, yb, W) replacing _vgrad's
+        self.batched_grad = None                     # opt-in (exact toys): fn(params, xb, yb, W) used by _vgrad
         self.n_compiles, self._warned = 0, False     # --compile: graphs compiled so far (_counted)
         self._n_pad = (None, 0)                      # --compile: (rounds, largest active set) (n_pad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
