@@ -1,9 +1,10 @@
 """The toys through the trainer: the engine's FedCM and FedInit agree with the independent numpy
 simulators of theory/fedcm.py and theory/fedinit.py to 1e-10 in float64, and the toy data are the quadratic."""
+import pytest
 import torch
 
 from fedlab_analysis.theory import fedcm, fedinit
-from fedlab_analysis.theory.engine_toys import client_data, half_mse, make_run, trajectory
+from fedlab_analysis.theory.engine_toys import client_data, half_mse, half_mse_grads, make_run, trajectory
 from fedlab_analysis.theory.toys import DT, make_quadratics
 
 
@@ -86,3 +87,24 @@ def test_engine_fedsmoo_corrected_ascent_matches_numpy_up_to_the_norm_epsilon():
     assert float((eng - ref).abs().max()) < 1e-6
     r0 = fedsmoo.simulate(prob, method="fedsmoo", T=12, K=4, eta=0.05, beta=10.0, r=0.0, w0=w0)["w"]
     assert float((r0 - ref).abs().max()) > 1e-3                             # the ascent matters here
+
+
+@pytest.mark.parametrize("algo, kw", [("fedavg", {}), ("feddyn", {}), ("fedsmoo", {"rho": 0.05}),
+                                      ("fedcm", {"alpha": 0.3}), ("fedinit", {"beta": 0.1}),
+                                      ("fedlesam", {"rho": 0.05}), ("fedavg", {"batch": 2, "active_ratio": 0.5})])
+def test_closed_form_toy_gradient_is_the_engines_vmap_grad_bit_for_bit(algo, kw):
+    """make_run's Run.batched_grad (half_mse_grads) reproduces vmap(grad(half_mse)) exactly, full batch and
+    minibatch, every Part; the same gradient scaled by 0.9 does not."""
+    prob = make_quadratics(6, 5, shared=False, seed=2)
+    x0 = prob.x_star + 1.0
+
+    def traj(grad_fn):
+        run = make_run(prob, algo, K=3, lr=0.05, x0=x0, seed=1, **kw)
+        assert run.batched_grad is half_mse_grads             # the toys' default
+        run.batched_grad = grad_fn
+        return trajectory(run, 4)["w"]
+
+    vmapped = traj(None)                                       # None: the engine's own vmap(grad(...))
+    assert torch.equal(traj(half_mse_grads), vmapped)
+    scaled = lambda p, xb, yb, W: {k: 0.9 * v for k, v in half_mse_grads(p, xb, yb, W).items()}   # noqa: E731
+    assert (traj(scaled) - vmapped).abs().max() > 1e-3

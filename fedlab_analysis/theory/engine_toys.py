@@ -34,6 +34,18 @@ def half_mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return 0.5 * (out.squeeze(-1) - y).pow(2).mean()
 
 
+def half_mse_grads(params: dict, xb: torch.Tensor, yb: torch.Tensor, W=None) -> dict:
+    """The gradients ``vmap(grad(half_mse(model(x), y)))`` of the bias-free linear model, in closed form: for
+    client j, (0.5/B) 2 r_j^T X_j with r_j = X_j w_j - y_j (autograd's order of operations), so the toy's engine
+    runs skip functorch's per-step bookkeeping (``Run.batched_grad``). params["fc.weight"]: [n, 1, d]; xb [n, B, d];
+    yb [n, B]; W (padded batches' weights) is never set for the toys (full or equal-size minibatches)."""
+    if W is not None:
+        raise ValueError("half_mse_grads: padded minibatches (weights W) are not part of the toy")
+    w = params["fc.weight"]
+    r = (xb @ w.transpose(1, 2)).squeeze(-1) - yb                  # [n, B]
+    return {"fc.weight": ((0.5 / r.shape[1]) * (2 * r)).unsqueeze(1) @ xb}
+
+
 def make_run(prob: HeteroQuadratics, algo: str, *, K: int, lr: float, x0: torch.Tensor, rounds: int = 1,
              active_ratio: float = 1.0, sampling: str = "fixed", lr_decay: float = 1.0, batch: int | None = None,
              seed: int = 0, parallel: str = "vmap", **hp) -> Run:
@@ -53,6 +65,7 @@ def make_run(prob: HeteroQuadratics, algo: str, *, K: int, lr: float, x0: torch.
                     device="cpu", **hp)
     run = Run(cfg, dataset=ds)
     run.X, run.Y, run.loss = X.to(DT), y.to(DT), half_mse        # the exact toy, not its float32 copy
+    run.batched_grad = half_mse_grads                            # its gradient in closed form (vmap only)
     run.w = torch.as_tensor(x0, dtype=DT).clone()
     if run.last_local is not None:                               # w_i^last = w^0 before the first round
         run.last_local = run.w.expand(run.m, -1).clone()

@@ -36,8 +36,8 @@ import torch
 
 def unit(v: torch.Tensor) -> torch.Tensor:
     """v / ||v|| over the last dim, 0 where v = 0."""
-    n = v.norm(dim=-1, keepdim=True)
-    return torch.where(n > 0, v / n.clamp_min(1e-300), torch.zeros_like(v))
+    n = torch.linalg.vector_norm(v, dim=-1, keepdim=True)      # what v.norm(dim=-1) calls, minus its Python wrapper
+    return torch.where(n > 0, v / n.clamp_min(1e-300), 0.0)
 
 
 def sgd_step(x: torch.Tensor, eta, d: torch.Tensor) -> torch.Tensor:

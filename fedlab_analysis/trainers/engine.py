@@ -197,6 +197,7 @@ class Run:
             raise UserError("--compile: compiles the vmapped step of all active clients; it needs --client-parallel "
                             f"vmap (this run resolved to {self.parallel})")
         self._vfns = {}                              # the vmapped gradient per batch kind, built once (_vgrad)
+        self.batched_grad = None                     # opt-in (exact toys): fn(params, xb, yb, W) used by _vgrad
         self.n_compiles, self._warned = 0, False     # --compile: graphs compiled so far (_counted)
         self._n_pad = (None, 0)                      # --compile: (rounds, largest active set) (n_pad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
@@ -560,7 +561,10 @@ class Run:
 
     def _vgrad(self, params, xb, yb, W):
         """Per-client gradients of all active clients in one vmapped call; the transform is built once per batch
-        kind (full, or padded with weights), not at every step, and compiled once with --compile."""
+        kind (full, or padded with weights), not at every step, and compiled once with --compile. A supplied
+        ``batched_grad`` (closed-form gradients of a toy, same arguments and result) is called instead."""
+        if self.batched_grad is not None:
+            return self.batched_grad(params, xb, yb, W)
         key = W is None
         fn = self._vfns.get(key)
         if fn is None:                               # self.loss is looked up at call time: toys may swap it
