@@ -10,7 +10,13 @@ QUICK: digits, MLP, 20 clients at 20%, Dirichlet 0.1, 10 local steps, 40 rounds,
 = mean test accuracy of the last 10 rounds. FULL: ResNet-18-GN on CIFAR-10, 10% of 100 clients. One rule
 (paper_figures/verdict.py), seed-paired +RI minus vanilla: FedAvg's size target is half of 3 points, SCAFFOLD's
 half of 2 points; FedAdam and FedSAM need a gain (no size stated); FedDyn and FedCM "change little": within an
-equivalence margin of 1 point (every FedDyn/FedCM change in Table 6 is at most 0.52). Comparisons: 6.
+equivalence margin of 1 point (every FedDyn/FedCM change in Table 6 is at most 0.52).
+
+Two readings of "+RI", each its own row: the paper's Algorithm 1 (line 16: the new global model is
+the mean of the final local models, so the relaxed start offsets enter it; a proximal or dual term centred on w^t)
+and the authors' released code, which produced Table 6 (the server step w^t + mean(w_i^K - w_i^0), measured from the
+relaxed start: ``--ri-agg delta_from_init``; FedDyn's dual term centred on the relaxed start: ``--ri-anchor start``).
+The two coincide under full participation and differ under the 10% participation of Table 6. Comparisons: 12.
 
     python paper_figures/fedinit_table6.py [--full --data-dir DIR] [--seeds 3]
 """
@@ -21,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedlab_analysis.config import ANCHORED
 from fedlab_analysis.plots import figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
@@ -35,6 +42,15 @@ HELPED = ("fedavg", "fedadam", "fedsam", "scaffold")
 # mnist tier: FedAvg (RI helps: +3.42 points) against FedDyn (RI neutral: +0.03), the contrast the table draws;
 # FedAdam, FedSAM, SCAFFOLD and FedCM are dropped to fit the budget
 MNIST_ALGOS = ("fedavg", "feddyn")
+# +RI as the paper's Algorithm 1 states it ("") and as the authors' code runs it ("code"; the anchor moves only where
+# there is a proximal or dual term to centre)
+READINGS = {"": "Alg. 1", "code": "code"}
+
+
+def ri_overrides(algo: str, reading: str) -> dict:
+    if reading == "":
+        return {"ri": True}
+    return {"ri": True, "ri_agg": "delta_from_init", **({"ri_anchor": "start"} if algo in ANCHORED else {})}
 
 
 CLAIM_OF = {"fedavg": "fedinit.t6.fedavg", "fedadam": "fedinit.t6.improves", "fedsam": "fedinit.t6.improves",
@@ -47,70 +63,80 @@ def algos(tier) -> tuple:
 
 def run_list(tier, seeds) -> list:
     base = {k: v for k, v in DEFS[common.tier_of(tier)].items() if k != "algo"}
-    return [({**base, "algo": a, "ri": ri}, s, common.main_tag(tier)) for a in algos(tier) for ri in (False, True)
-            for s in common.seed_list(seeds)]
+    return [({**base, "algo": a, **over}, s, common.main_tag(tier)) for a in algos(tier)
+            for over in ({"ri": False}, *(ri_overrides(a, r) for r in READINGS)) for s in common.seed_list(seeds)]
 
 
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
     base = {k: v for k, v in DEFS[common.tier_of(tier)].items() if k != "algo"}
     names = algos(tier)
-    runs = {(a, ri): common.train_seeds({**base, "algo": a, "ri": ri}, seeds, out_root, tier,
-                                        tag=common.main_tag(tier))
-            for a in names for ri in (False, True)}
+    train = lambda a, over: common.train_seeds({**base, "algo": a, **over}, seeds, out_root, tier,  # noqa: E731
+                                               tag=common.main_tag(tier))
+    runs = {(a, None): train(a, {"ri": False}) for a in names}
+    runs.update({(a, r): train(a, ri_overrides(a, r)) for a in names for r in READINGS})
     acc = {k: [late_acc(r) for r in rs] for k, rs in runs.items()}
-    gain = {a: np.subtract(acc[a, True], acc[a, False]) for a in names}
     rows, table = {}, []
-    for a in PAPER:
-        cid = CLAIM_OF[a]
-        if a not in names:
-            table.append(common.not_in_tier(cid, f"{a} +RI minus {a}", [a], tier, algo=a))
-            continue
-        v = common.row(cid, f"{a} +RI minus {a}", "", V.decide(common.CLAIMS[cid], gain[a],
-                                                                runs[a, False] + runs[a, True]), algo=a)
-        v["measured"] = f"gain {V.fmt(v, 100, ' points')} (paper {PAPER[a][1] - PAPER[a][0]:+.2f})"
-        table.append(v)
-        rows[a] = {"vanilla": common.mean_std(acc[a, False]), "ri": common.mean_std(acc[a, True]),
-                   "gain": common.mean_std(gain[a]), "paper": PAPER[a], "verdict": v["verdict"]}
+    for r, reading in READINGS.items():
+        for a in PAPER:
+            cid, label = CLAIM_OF[a], f"{a} +RI ({reading}) minus {a}"
+            if a not in names:
+                table.append({**common.not_in_tier(cid, label, [a], tier, algo=a), "reading": reading})
+                continue
+            gain = np.subtract(acc[a, r], acc[a, None])
+            v = common.row(cid, label, "", V.decide(common.CLAIMS[cid], gain, runs[a, None] + runs[a, r]), algo=a)
+            v["measured"] = f"gain {V.fmt(v, 100, ' points')} (paper {PAPER[a][1] - PAPER[a][0]:+.2f})"
+            v["reading"] = reading
+            table.append(v)
+            rows.setdefault(a, {"vanilla": common.mean_std(acc[a, None]), "paper": PAPER[a]})
+            rows[a][reading] = {"ri": common.mean_std(acc[a, r]), "gain": common.mean_std(gain),
+                                "verdict": v["verdict"]}
     return {"config": common.config({**base, "algo": "fedavg"}, 0, tier).to_dict(), "seeds": seeds, "rows": rows,
-            "acc": {f"{a}{'+ri' if ri else ''}": v for (a, ri), v in acc.items()},
+            "readings": list(READINGS.values()),
+            "acc": {f"{a}{'' if r is None else '+ri' + (r and '-' + r)}": v for (a, r), v in acc.items()},
             "table": table, **common.finish(table)}
 
 
 def plot(res: dict):
     fig, ax = figure(ncols=2, w=4.6, h=3.3)
-    names = list(res["rows"])
-    x = np.arange(len(names))
-    for off, key, lab in ((-0.2, "vanilla", "vanilla"), (0.2, "ri", "+RI")):
-        ax[0, 0].bar(x + off, [res["rows"][a][key][0] for a in names], 0.4,
-                     yerr=[res["rows"][a][key][1] for a in names], capsize=2, label=lab)
+    names, rd = list(res["rows"]), res["readings"]
+    x, wd = np.arange(len(names)), 0.8 / (1 + len(rd))
+    bars = [("vanilla", lambda a: res["rows"][a]["vanilla"])] + \
+        [(f"+RI ({r})", lambda a, r=r: res["rows"][a][r]["ri"]) for r in rd]
+    for j, (lab, get) in enumerate(bars):
+        ax[0, 0].bar(x + (j - len(rd) / 2) * wd, [get(a)[0] for a in names], wd, yerr=[get(a)[1] for a in names],
+                     capsize=2, label=lab)
     lo = min(res["rows"][a]["vanilla"][0] for a in names)
     ax[0, 0].set(xticks=x, xticklabels=names, ylim=(max(0.0, lo - 0.08), 1.01), ylabel="test accuracy (last 10 rounds)",
                  title=f"measured, mean ± std over {res['seeds']} seeds")
-    ax[0, 0].legend(fontsize=7, loc="upper left", ncol=2)        # above the bars (accuracy < 1)
-    ours = [100 * res["rows"][a]["gain"][0] for a in names]
+    ax[0, 0].legend(fontsize=7, loc="upper left", ncol=3)        # above the bars (accuracy < 1)
+    bottom = ax[0, 0].get_ylim()[0]
+    for j, r in enumerate(rd):
+        g = [100 * res["rows"][a][r]["gain"][0] for a in names]
+        xs = x + (j - len(rd) / 2) * wd
+        ax[0, 1].bar(xs, g, wd, yerr=[100 * res["rows"][a][r]["gain"][1] for a in names], capsize=2,
+                     color=f"C{j + 1}", label=f"measured, +RI ({r})")
+        for i, a in enumerate(names):                  # a +RI bar below the axis or a collapse: said, not hidden
+            if res["rows"][a][r]["verdict"] == "diverged":
+                ax[0, 0].annotate(f"diverged\n({res['rows'][a][r]['ri'][0]:.0%})", (i + (j + 1 - len(rd) / 2) * wd,
+                                  bottom), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
+                                  fontsize=6.5, color="C3")
+                ax[0, 1].annotate("diverged", (xs[i], g[i]), xytext=(0, -4), textcoords="offset points",
+                                  ha="center", va="top", fontsize=7, color="C3")
     paper = [res["rows"][a]["paper"][1] - res["rows"][a]["paper"][0] for a in names]
-    ax[0, 1].bar(x - 0.2, ours, 0.4, yerr=[100 * res["rows"][a]["gain"][1] for a in names], capsize=2,
-                 label="measured")
-    ax[0, 1].bar(x + 0.2, paper, 0.4, color="0.6", label="paper (CIFAR-10, 10%-100, Dir-0.1)")
+    ax[0, 1].bar(x + len(rd) / 2 * wd, paper, wd, color="0.6", label="paper (CIFAR-10, 10%-100, Dir-0.1)")
     ax[0, 1].axhline(0, color="k", lw=0.8)
     ax[0, 1].set(xticks=x, xticklabels=names, ylabel="gain from +RI (points)", title="+RI minus vanilla")
     ax[0, 1].legend(fontsize=7, loc="best")
-    bottom = ax[0, 0].get_ylim()[0]
-    for i, a in enumerate(names):                      # a +RI bar below the axis or a collapse: said, not hidden
-        if res["rows"][a]["verdict"] == "diverged":
-            ax[0, 0].annotate(f"+RI diverged\n(mean {res['rows'][a]['ri'][0]:.1%})", (i + 0.2, bottom),
-                              xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=7,
-                              color="C3")
-            ax[0, 1].annotate("diverged", (i - 0.2, ours[i]), xytext=(0, -4), textcoords="offset points",
-                              ha="center", va="top", fontsize=7, color="C3")
     for a in (ax[0, 0], ax[0, 1]):
         a.tick_params(axis="x", labelsize=8, rotation=30)
     c = res["config"]
     fig.suptitle(f"FedInit Table 6 — +RI (beta={c['beta']}) on {c['dataset']} ({c['model']}), {c['clients']} "
-                 f"clients at {c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, {c['rounds']} rounds", fontsize=9.5)
+                 f"clients at {c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, {c['rounds']} rounds; +RI as Alg. 1 "
+                 f"states it and as the authors' code runs it", fontsize=9.5)
     fig.tight_layout()
-    common.annotate_verdict(fig, f"{res['summary']} (95% t intervals)\n" + "; ".join(
-        f"{t['algo']}: {t['verdict']}" for t in res["table"]))
+    common.annotate_verdict(fig, f"{res['summary']} (95% t intervals)\n" + "\n".join(
+        f"+RI ({r}): " + "; ".join(f"{t['algo']}: {t['verdict']}" for t in res["table"] if t.get("reading") == r)
+        for r in rd))
     return fig
 
 
