@@ -111,17 +111,18 @@ def plot(res: dict):
     ax[0, 0].legend(fontsize=7, loc="upper left", ncol=3)        # above the bars (accuracy < 1)
     bottom = ax[0, 0].get_ylim()[0]
     for j, r in enumerate(rd):
-        g = [100 * res["rows"][a][r]["gain"][0] for a in names]
+        dv = [res["rows"][a][r]["verdict"] == "diverged" for a in names]     # a collapse: said, not drawn to
+        g = [np.nan if d else 100 * res["rows"][a][r]["gain"][0] for a, d in zip(names, dv)]   # scale
         xs = x + (j - len(rd) / 2) * wd
-        ax[0, 1].bar(xs, g, wd, yerr=[100 * res["rows"][a][r]["gain"][1] for a in names], capsize=2,
-                     color=f"C{j + 1}", label=f"measured, +RI ({r})")
+        ax[0, 1].bar(xs, g, wd, yerr=[np.nan if d else 100 * res["rows"][a][r]["gain"][1] for a, d in zip(names, dv)],
+                     capsize=2, color=f"C{j + 1}", label=f"measured, +RI ({r})")
         for i, a in enumerate(names):                  # a +RI bar below the axis or a collapse: said, not hidden
             if res["rows"][a][r]["verdict"] == "diverged":
                 ax[0, 0].annotate(f"diverged\n({res['rows'][a][r]['ri'][0]:.0%})", (i + (j + 1 - len(rd) / 2) * wd,
                                   bottom), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
                                   fontsize=6.5, color="C3")
-                ax[0, 1].annotate("diverged", (xs[i], g[i]), xytext=(0, -4), textcoords="offset points",
-                                  ha="center", va="top", fontsize=7, color="C3")
+                ax[0, 1].annotate("diverged\n(bar\nomitted)", (xs[i], 0), xytext=(0, -4), textcoords="offset points",
+                                  ha="center", va="top", fontsize=6.5, color="C3")
     paper = [res["rows"][a]["paper"][1] - res["rows"][a]["paper"][0] for a in names]
     ax[0, 1].bar(x + len(rd) / 2 * wd, paper, wd, color="0.6", label="paper (CIFAR-10, 10%-100, Dir-0.1)")
     ax[0, 1].axhline(0, color="k", lw=0.8)
