@@ -114,10 +114,14 @@ def plot(res: dict):
         ax[0, j].errorbar(x, np.nanmean(a, 1), yerr=np.nanstd(a, 1, ddof=1), fmt="o-", capsize=3)
         ax[0, j].set(xlabel=lab, ylabel="test accuracy (last 10 rounds)", xscale="log" if j == 0 else "linear",
                      title=f"({'ab'[j]}) accuracy vs {lab}")
+    ax[0, 0].set_xticks(res["K"], [f"{k:g}" for k in res["K"]])      # the grid's K, not log-scale decades
+    ax[0, 0].minorticks_off()
     for b, n in res["nonfinite_runs"].items():                       # diverged runs are marked, never dropped
         if n:
-            ax[0, 1].annotate(f"{n} of {len(res['acc_beta'][0])}\ndiverged", (float(b), np.nanmin(res["acc_beta"])),
-                              ha="center", va="bottom", fontsize=7, color="C3")
+            y = np.nanmin(res["acc_beta"])
+            ax[0, 1].plot(float(b), y, "x", color="C3")                # on the axis, so the limits include it
+            ax[0, 1].annotate(f"{n} of {len(res['acc_beta'][0])}\ndiverged", (float(b), y), xytext=(0, 5),
+                              textcoords="offset points", ha="center", va="bottom", fontsize=7, color="C3")
     c = res["config"]
     fig.suptitle(f"FedInit Fig. 1 — FedInit on {c['dataset']} ({c['model']}), {c['clients']} clients at "
                  f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, {c['rounds']} rounds, mean ± std over "
