@@ -6,6 +6,8 @@ train.py switches, deterministic cuDNN and TF32), timed in the same process, int
     python benchmarks/round_speed.py                       # CPU, 1 thread: mlp, cnn, resnet18gn x 7 algorithms
     python benchmarks/round_speed.py --device cuda:1 --threads 8 --rounds 5
     python benchmarks/round_speed.py --models mlp --algos fedavg,fedsam --settings papers --no-write
+    python benchmarks/round_speed.py --device cuda --models resnet18gn --algos fedavg --modes compile \
+        --precision tf32,bf16 --no-reference    # ours at lower precision (the run's --precision)
 
 Two settings (``--settings equal,papers``), both 100 clients, batch 50, lr 0.1, wd 1e-3, clip 10:
   equal   10 active clients (fixed sampling), K local steps each, equal client sizes; best of N rounds.
@@ -144,11 +146,12 @@ class Schedule:
         return self.cache[t]
 
 
-def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap"), setting="equal", reference=True):
-    """({name: round function} for ours (``modes``), the reference and the floor (``reference``) in ``setting``,
-    the Schedule)."""
+def runners(model, algo, ds, steps, device, augment, modes=("loop", "vmap"), setting="equal", reference=True,
+            precision="fp32"):
+    """({name: round function} for ours (``modes``, at the run's ``precision``), the reference and the floor
+    (``reference``) in ``setting``, the Schedule)."""
     from reference_sim import ReferenceSim
-    cfg = config(model, algo, ds, steps, device, augment, setting)
+    cfg = {**config(model, algo, ds, steps, device, augment, setting), "precision": precision}
     out, run = {}, None
     for mode in modes:                               # "compile": the vmapped step under torch.compile
         run = Run(RunConfig(**cfg, client_parallel="vmap" if mode == "compile" else mode,
@@ -247,7 +250,7 @@ HEADER = ["| model | P | algorithm | setting | K | reference s/round | loop s/ro
           "|" + "---|" * 16]
 
 
-def row(model, P, algo, setting, K, sched, rounds, r, modes) -> str:
+def row(model, P, algo, setting, K, sched, rounds, r, modes, precision="fp32") -> str:
     """One table row: best-of seconds in the equal setting, the mean over the same rounds in the papers' one."""
     s, mb = r["best" if setting == "equal" else "mean"], r["mb"]
     ref = s.get("reference")
@@ -265,7 +268,8 @@ def row(model, P, algo, setting, K, sched, rounds, r, modes) -> str:
         k = f"E={epochs(K):g}: K_i {min(ks)}-{max(ks)}, {steps:.0f}/round"
         where = f"papers: {'/'.join(str(len(S)) for S, _ in timed)} active"
     best = f"{ref / s['floor']:.2f}x" if ref else ""
-    return (f"| {model} | {P:,} | {algo} | {where} | {k} | {sec['reference']} | "
+    name = algo if precision == "fp32" else f"{algo} ({precision})"
+    return (f"| {model} | {P:,} | {name} | {where} | {k} | {sec['reference']} | "
             + " | ".join(sec[m] for m in MODES) + f" | {sec['floor']} | {steps / ours:.0f} | "
             + " | ".join(up[m] for m in MODES) + f" | {best} | {mem} |")
 
@@ -283,6 +287,8 @@ def main(argv=None):
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--modes", default="loop,vmap,compile", help="ours to time: loop, vmap, compile (vmap under "
                    "--compile); vmap of a conv net on a CPU is slow; the table says 'not run' for a mode left out")
+    p.add_argument("--precision", default="fp32", help="comma-separated: fp32, tf32, bf16 (the run's --precision; "
+                   "one row each; the reference and the floor run only in the fp32 row)")
     p.add_argument("--no-reference", action="store_true", help="time ours only (no reference, no floor)")
     p.add_argument("--cold-reference", action="store_true", help="no warm-up round for the reference and the "
                    "floor (ours still get one; the reference builds everything afresh each round anyway)")
@@ -293,13 +299,18 @@ def main(argv=None):
     steps = {} if device.type == "cuda" else dict(CPU_STEPS)
     if a.steps:
         steps.update({k: int(v) for k, v in (s.split("=") for s in a.steps.split(","))})
+    precisions = [s for s in a.precision.split(",") if s]
+    if not precisions or set(precisions) - {"fp32", "tf32", "bf16"}:
+        p.error(f"--precision: {a.precision!r}; a comma-separated list of fp32, tf32, bf16")
+    if "tf32" in precisions and device.type != "cuda":
+        p.error("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
     settings = [s for s in a.settings.split(",") if s]
     bad = [s for s in settings if s not in SETTINGS]
     if bad or not settings:
         p.error(f"--settings: unknown {bad}; a comma-separated list of equal, papers")
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    flags = "; the reference under the simulator's train.py switches (cudnn.deterministic, TF32), ours in fp32" \
+    flags = "; the reference under the simulator's train.py switches (cudnn.deterministic, TF32), ours in fp32 unless the algorithm cell names tf32 or bf16" \
         if device.type == "cuda" else ""
     head = (f"{machine}, torch {torch.__version__}, {a.threads} thread(s), device {device}; {a.clients} clients, "
             f"batch 50, {a.rounds} timed rounds per runner, interleaved after a warm-up, evaluation excluded; "
@@ -317,18 +328,31 @@ def main(argv=None):
         P = sum(t.numel() for t in build_model(model, MODELS[model], 10).parameters())
         for algo in a.algos.split(","):
             for setting in settings:
-                fns, sched = runners(model, algo, ds, K, device, ds.augmentable, modes, setting,
-                                     reference=not a.no_reference)
-                r = measure(fns, a.rounds, device, cold=("reference", "floor") if a.cold_reference else ())
-                rows.append(row(model, P, algo, setting, K, sched, a.rounds, r, modes))
-                print(rows[-1], flush=True)
-                del fns, sched                   # a Run and its callbacks form cycles: free each row's runs now
-                gc.collect()                     # (CIFAR-shaped rows held ~2 GB each until the OOM killer came)
+                for precision in precisions:
+                    with tf32_restored():        # --precision tf32 sets a process-wide switch: undo it per row
+                        fns, sched = runners(model, algo, ds, K, device, ds.augmentable, modes, setting,
+                                             reference=not a.no_reference and precision == "fp32",
+                                             precision=precision)
+                        r = measure(fns, a.rounds, device, cold=("reference", "floor") if a.cold_reference else ())
+                    rows.append(row(model, P, algo, setting, K, sched, a.rounds, r, modes, precision))
+                    print(rows[-1], flush=True)
+                    del fns, sched               # a Run and its callbacks form cycles: free each row's runs now
+                    gc.collect()                 # (CIFAR-shaped rows held ~2 GB each until the OOM killer came)
     if device.type != "cuda":
         rows.append("| GPU rows | | | | | not measured here (benchmarks/gpu_check.sh runs them on a GPU) |"
                     + " |" * 10)
     if not a.no_write:
         write(head, rows, device)
+
+
+@contextlib.contextmanager
+def tf32_restored():
+    b = torch.backends
+    old = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+    try:
+        yield
+    finally:
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = old
 
 
 def write(head, rows, device):

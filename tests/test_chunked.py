@@ -174,3 +174,15 @@ def test_the_plans_chunk_is_recorded_in_config_json(tmp_path, monkeypatch):
     monkeypatch.setattr(plan_mod, "plan", lambda cfg, **kw: SimpleNamespace(chunk=cfg.client_chunk or 2))
     train(cfg_of("fedavg", rounds=1), str(tmp_path))
     assert json.loads((tmp_path / "config.json").read_text())["client_chunk"] == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("state_device", ["run", "cpu"])
+@pytest.mark.parametrize("algo", ["fedsmoo", "scaffold"])
+def test_cuda_chunked_equals_whole_round(monkeypatch, algo, state_device):
+    """The chunked round on a GPU, its per-client tables on the device or staged through host memory
+    (--state-device cpu): the same states as the whole round on the same device."""
+    cfg = cfg_of(algo, client_parallel="vmap", device="cuda", state_device=state_device)
+    whole, chunked, seen = pair(monkeypatch, cfg, 3)
+    assert chunked.w.device.type == "cuda" and max(seen) == 3, seen
+    assert max_rel(state(whole), state(chunked)) < TOL

@@ -56,6 +56,16 @@ def test_round_speed_rows_and_goals_are_read_from_the_table():
     assert "0.080 s/round (met" in g and "75.0x the reference (met" in g and "fedsam 2.50x FedAvg (NOT met" in g
     s.rows[0]["vmap s/round"] = "0.150"                          # a slower FedAvg fails the 0.1 s goal
     assert "0.150 s/round (NOT met" in gc.goals([s])
+    c = gc.Step("compile", [], 1)                                # compiled rows: the equal fp32 one counts,
+    c.output = out.split("| resnet18gn | 11 | fedavg")[0] + (    # papers' and lower-precision rows are reported
+        "| resnet18gn | 11 | fedavg | papers: 9/11 active | E=5 | not run | not run | not run | 0.050 | not run | "
+        "1 |  |  |  |  | - |\n"
+        "| resnet18gn | 11 | fedavg (bf16) | equal: 10 fixed | 50 | not run | not run | not run | 0.040 | not run | "
+        "1 |  |  |  |  | - |\n")
+    gc.parse_speed(c)
+    g = gc.goals([s, c])
+    assert "FedAvg best of ours 0.150 s/round (NOT met" in g
+    assert "fedavg (bf16) 0.040 s/round" in g and "fedavg in the papers' setting 0.050 s/round" in g
 
 
 def test_pytest_summary_is_read():
@@ -95,5 +105,6 @@ def test_smoke_run_end_to_end(tmp_path):
     text = (tmp_path / "gpu_check.md").read_text()
     assert r.returncode == 0, text
     rows = [s for s in text.splitlines() if s.startswith("| ") and not s.startswith("| step")]
-    assert len(rows) == 8 and all(" | ok | " in s for s in rows[:7])
-    assert "last.pt" in rows[3] and "eigenvalues" in rows[4] and "fedsmoo" in rows[6]
+    assert len(rows) == 10 and all(" | ok | " in s for s in rows[:9])
+    assert "last.pt" in rows[2] and "eigenvalues" in rows[3] and "fedsmoo" in rows[5] and "fedsmoo" in rows[8]
+    assert "fedavg: s/round compile" in rows[6] and "fedavg (bf16): s/round vmap" in rows[7]

@@ -461,7 +461,7 @@ class Run:
             return [self.batch(ctx, j, k) for j in (range(ctx.n) if ctx.all_on else ctx.rows_host)]
         if self.cfg.compile:                         # one fixed shape: every row, padded to the run's largest set
             fixed = self._fixed(ctx)
-            I, A, W = fixed["I"][:, k], None if ctx.aug is None else fixed["aug"][:, k], fixed["W"][:, k]
+            I, A, W = fixed["I"][k], None if ctx.aug is None else fixed["aug"][k], fixed["W"][k]
         else:
             I = ctx.I[:, k] if ctx.all_on else ctx.I[ctx.rows, k]
             A = None if ctx.aug is None else ctx.aug[:, k] if ctx.all_on else ctx.aug[ctx.rows, k]   # [n_act, 3, B]
@@ -482,14 +482,18 @@ class Run:
 
     def _fixed(self, ctx: RoundCtx) -> dict:
         """The round's batch tables padded to ``n_pad`` rows, with mean-loss weights everywhere (zero on padding
-        and past each K_i): one kind of batch, one shape, one compile."""
+        and past each K_i): one kind of batch, one shape, one compile. Stored step-major ([K_max, N, ...], each
+        step's slice contiguous): a slice [:, k] of [N, K_max, B] has a stride that changes with the round's
+        K_max, and torch.compile recompiles on a new stride (a ResNet-18-GN recompile costs ~40 s on an H100)."""
         if "fixed" not in ctx.extra:
             n, N = ctx.n, max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
             pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
             W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
                                                            device=self.device)
-            ctx.extra["fixed"] = {"I": pad(ctx.I), "W": torch.cat([W, W.new_zeros(N - n, *W.shape[1:])]),
-                                  "aug": None if ctx.aug is None else pad(ctx.aug)}
+            steps = lambda t: t.transpose(0, 1).contiguous()                                    # noqa: E731
+            W = torch.cat([W, W.new_zeros(N - n, *W.shape[1:])])
+            ctx.extra["fixed"] = {"I": steps(pad(ctx.I)), "W": steps(W),
+                                  "aug": None if ctx.aug is None else steps(pad(ctx.aug))}
         return ctx.extra["fixed"]
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
