@@ -64,14 +64,16 @@ test-notebooks: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/test_notebooks.py
 
 # every figure and its numbers: paper_figures/out/<name>/{fig.png,data.json}; runs are cached under out/runs/<tier>/
-FIGURES := $(sort $(filter-out common __init__ runs tier verdict claims flatness hooks compare_tiers fingerprint,$(basename $(notdir $(wildcard paper_figures/*.py)))))
+FIGURES := $(sort $(filter-out common __init__ runs tier verdict claims flatness hooks hooks_fingerprint compare_tiers fingerprint,$(basename $(notdir $(wildcard paper_figures/*.py)))))
 # TIER=quick (default: digits, minutes) | mnist (the real-data tier: `make data` first; trains every run of the tier
 # once, resumably, 2 at a time, in priority order, then draws each figure from the cache; see paper_figures/README_TIER.md)
 TIER ?= quick
 WORKERS ?= 2
 figures: $(VENV)/.installed
 	@if [ "$(TIER)" != quick ]; then $(PYTHON) -m paper_figures.tier --tier $(TIER) --workers $(WORKERS) || exit 1; fi
-	@for f in $(FIGURES); do echo "== paper_figures/$$f.py"; \
+	@toy=" $$(if [ "$(TIER)" != quick ]; then $(PYTHON) -c 'from paper_figures.tier import TOY; print(*TOY)'; fi) "; \
+	for f in $(FIGURES); do case "$$toy" in *" $$f "*) echo "== paper_figures/$$f.py: no tier runs (identity, count or toy), the same in every tier: make figures"; continue;; esac; \
+		echo "== paper_figures/$$f.py"; \
 		$(PYTHON) -m paper_figures.$$f --tier $(TIER) --workers $(WORKERS) --quiet || exit 1; done
 
 # re-execute every notebook in place (QUICK; static fallbacks instead of widgets), outputs saved for the repo page,
