@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.util
 import os
 import platform
 import re
@@ -293,6 +294,9 @@ def main(argv=None):
     p.add_argument("--cold-reference", action="store_true", help="no warm-up round for the reference and the "
                    "floor (ours still get one; the reference builds everything afresh each round anyway)")
     p.add_argument("--no-write", action="store_true", help="print the table only")
+    p.add_argument("--baseline", default=None, help="a checkout of this repository (a directory) whose trainer "
+                   "(fedlab_analysis/trainers) is timed beside ours in the same process, interleaved, with the default "
+                   "--client-parallel: a before/after comparison, printed below each row (not written)")
     a = p.parse_args(argv)
     device = resolve(a.device)
     set_threads(a.threads)
@@ -333,9 +337,18 @@ def main(argv=None):
                         fns, sched = runners(model, algo, ds, K, device, ds.augmentable, modes, setting,
                                              reference=not a.no_reference and precision == "fp32",
                                              precision=precision)
+                        if a.baseline:
+                            cfg = config(model, algo, ds, K, device, ds.augmentable, setting)
+                            base = baseline_run(a.baseline)(RunConfig(**cfg, precision=precision), dataset=ds)
+                            fns["baseline"] = base.round
                         r = measure(fns, a.rounds, device, cold=("reference", "floor") if a.cold_reference else ())
                     rows.append(row(model, P, algo, setting, K, sched, a.rounds, r, modes, precision))
                     print(rows[-1], flush=True)
+                    if a.baseline:
+                        s = r["best" if setting == "equal" else "mean"]
+                        ref = s.get("reference")
+                        print(f"  baseline {a.baseline}: {s['baseline']:.3f} s/round"
+                              + (f", speed-up {ref / s['baseline']:.2f}x" if ref else ""), flush=True)
                     del fns, sched               # a Run and its callbacks form cycles: free each row's runs now
                     gc.collect()                 # (CIFAR-shaped rows held ~2 GB each until the OOM killer came)
     if device.type != "cuda":
@@ -343,6 +356,19 @@ def main(argv=None):
                     + " |" * 10)
     if not a.no_write:
         write(head, rows, device)
+
+
+def baseline_run(checkout: str):
+    """The Run class of another checkout's trainer, loaded as ``fedlab_analysis.trainers_baseline`` (its relative
+    imports resolve against this checkout's package; only the trainer is swapped)."""
+    name = "fedlab_analysis.trainers_baseline"
+    if name not in sys.modules:
+        where = Path(checkout) / "fedlab_analysis" / "trainers"
+        spec = importlib.util.spec_from_file_location(name, where / "__init__.py",
+                                                      submodule_search_locations=[str(where)])
+        sys.modules[name] = mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    return importlib.import_module(name + ".engine").Run
 
 
 @contextlib.contextmanager

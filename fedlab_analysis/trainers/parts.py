@@ -106,8 +106,11 @@ class SMOO(SAM):
             mu.add_(s_hat).sub_(s)
             if keep and self.alias:
                 ctx.extra["s_hat"] = s_hat              # the gradient buffer itself (see round_start)
-            elif keep:
-                ctx.extra["s_hat"].copy_(s_hat)         # s_hat lives in a reused gradient buffer
+            elif keep and (run.callbacks or ctx.k == ctx.Kmin - 1):
+                # s_hat lives in a reused gradient buffer. Every client of an all-on run of steps steps until Kmin,
+                # and each client's last step K_i - 1 is the last step of such a run (ctx.Kmin: min K_i, or the end
+                # of a Run.segments run): only that step's s_hat is read, so copy it then (a hook may read it sooner)
+                ctx.extra["s_hat"].copy_(s_hat)
         else:
             r = ctx.rows
             mu[r] = mu[r] + s_hat[r] - s
