@@ -49,7 +49,8 @@ from fedlab_analysis.config import RunConfig  # noqa: E402
 from fedlab_analysis.data import Dataset  # noqa: E402
 from fedlab_analysis.device import resolve, set_threads  # noqa: E402
 from fedlab_analysis.models import build_model  # noqa: E402
-from fedlab_analysis.trainers.engine import Run  # noqa: E402
+from fedlab_analysis.errors import UserError  # noqa: E402
+from fedlab_analysis.trainers.engine import Run, check_precision  # noqa: E402
 
 MODELS = {"mlp": (1, 28, 28), "cnn": (3, 32, 32), "resnet18gn": (3, 32, 32)}
 ALGOS = ["fedavg", "scaffold", "feddyn", "fedcm", "fedsam", "fedsmoo", "fedlesam"]
@@ -303,19 +304,21 @@ def main(argv=None):
     steps = {} if device.type == "cuda" else dict(CPU_STEPS)
     if a.steps:
         steps.update({k: int(v) for k, v in (s.split("=") for s in a.steps.split(","))})
-    precisions = [s for s in a.precision.split(",") if s]
-    if not precisions or set(precisions) - {"fp32", "tf32", "bf16"}:
-        p.error(f"--precision: {a.precision!r}; a comma-separated list of fp32, tf32, bf16")
-    if "tf32" in precisions and device.type != "cuda":
-        p.error("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
+    precisions = [s for s in a.precision.split(",") if s] or p.error("--precision: empty")
+    for prec in precisions:                          # the run's own rules, before any row is timed
+        try:
+            RunConfig(precision=prec).validate()
+            check_precision(prec, device)
+        except UserError as e:
+            p.error(str(e).removeprefix("error: "))
     settings = [s for s in a.settings.split(",") if s]
     bad = [s for s in settings if s not in SETTINGS]
     if bad or not settings:
         p.error(f"--settings: unknown {bad}; a comma-separated list of equal, papers")
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    flags = "; the reference under the simulator's train.py switches (cudnn.deterministic, TF32), ours in fp32 unless the algorithm cell names tf32 or bf16" \
-        if device.type == "cuda" else ""
+    flags = ("; the reference under the simulator's train.py switches (cudnn.deterministic, TF32), ours in fp32 "
+             "unless the algorithm cell names tf32 or bf16") if device.type == "cuda" else ""
     head = (f"{machine}, torch {torch.__version__}, {a.threads} thread(s), device {device}; {a.clients} clients, "
             f"batch 50, {a.rounds} timed rounds per runner, interleaved after a warm-up, evaluation excluded; "
             f"equal: best of the rounds; papers: mean over the same rounds; "

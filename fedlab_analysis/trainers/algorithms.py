@@ -79,7 +79,6 @@ class Algorithm:
         ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
         ctx.delta = torch.sub(x, ctx.x0 if ri_code else ctx.w, out=run.spare(x))   # Delta_i, the client update
         ctx.add("delta", ctx.delta)                   # what the server step reads of the clients (RoundCtx.add)
-        ctx.add("x", x)
         for p in self.parts:
             p.client_end(run, ctx, x)
 

@@ -127,6 +127,12 @@ def with_dataset(cfg: RunConfig, dataset: Dataset | None) -> RunConfig:
     return cfg
 
 
+def check_precision(precision: str, device: torch.device) -> None:
+    """--precision's device rule (its choices are RunConfig's): TF32 exists only on CUDA."""
+    if precision == "tf32" and device.type != "cuda":
+        raise UserError("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
+
+
 class Run:
     """Everything a run needs: data on the device, the model as a pure function of a flat vector, state."""
 
@@ -202,8 +208,7 @@ class Run:
         self._n_pad = (None, 0)                      # --compile: (rounds, largest active set) (n_pad)
         self.cfg = dataclasses.replace(cfg, client_parallel=self.parallel)      # the resolved choice is recorded
         keep = cfg.keep_clients or self.algo.needs_last_local        # RI and FedALS read it; hooks: keep_last_local
-        if cfg.precision == "tf32" and self.device.type != "cuda":
-            raise UserError("--precision tf32: TF32 is a CUDA matmul mode; use fp32 or bf16 on the CPU")
+        check_precision(cfg.precision, self.device)
         if cfg.precision == "tf32":                   # process-wide switch, set only when asked for
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")

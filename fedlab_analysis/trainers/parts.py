@@ -241,6 +241,7 @@ class Dyn(Part):
         return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
 
     def client_end(self, run, ctx, x):                # h_i += Delta_i in the table's rows (no [n, P] copy of h_i)
+        ctx.add("x", x)                               # aggregate reads mean_S x_i
         h = run.state["h"]
         if h.device == ctx.delta.device:
             h.index_add_(0, ctx.S if ctx.S.device == h.device else ctx.S_dev, ctx.delta)
