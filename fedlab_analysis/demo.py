@@ -17,8 +17,10 @@ from pathlib import Path
 
 from . import plots
 from .cli import guard, out_dir
-from .config import RunConfig, arg_type
-from .errors import ArgParser, UserError
+from .config import RunConfig
+from .errors import UserError
+from .options import ArgParser
+from .rules import arg_type
 from .trainers.loop import train
 
 DEMO = dict(algo="fedavg", dataset="digits", model="mlp", clients=20, partition="dirichlet", dir_alpha=0.3,

@@ -17,8 +17,9 @@ import time
 import torch
 
 from .cli import data_spec, guard, layer_spec, out_file, plot_file
-from .config import HelpFormatter, arg_type
-from .errors import ArgParser, CheckpointError, UserError
+from .errors import CheckpointError, UserError
+from .options import ArgParser, HelpFormatter
+from .rules import arg_type
 
 MODULES = {"hessian": "curvature", "trace": "curvature", "density": "curvature", "landscape": "landscape",
            "consensus": "federated", "sharpness": "federated", "drift": "federated",

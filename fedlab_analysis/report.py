@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from .cli import guard, out_file, read_json
-from .errors import ArgParser, UserError
+from .errors import UserError
+from .options import ArgParser
 from .rundir import read_config
 from .sweep import HASH_FREE
 

@@ -39,9 +39,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import algos
-from .config import ALGO_DEFAULTS, DEFAULTS, EXECUTION, RunConfig
+from .config import EXECUTION, RunConfig
 from .cli import guard, out_dir
-from .errors import ArgParser, UserError
+from .errors import UserError
+from .options import ArgParser
 
 SWEEP_KEYS = ("base", "grid", "probes", "resources")
 HASH_FREE = EXECUTION                    # never change a run's numbers, so never its name
@@ -147,7 +148,7 @@ def _dash(m: dict) -> dict:
 
 def load(path) -> dict:
     """Read a sweep file: ``{"base", "grid", "probes", "resources"}``."""
-    from .config import read_yaml
+    from .options import read_yaml
     return read_yaml(str(path), flag="SWEEP.yaml", what="base:, grid: and optional probes:, resources:")
 
 
@@ -213,7 +214,7 @@ def _label(key, v, values):
 def resolved(cfg: RunConfig) -> dict:
     """The config with every paper default filled in (``rho: null`` and ``rho: 0.1`` are the same FedSAM run)."""
     d = cfg.to_dict()
-    for k in {*DEFAULTS, *(k for a in ALGO_DEFAULTS.values() for k in a)}:
+    for k in algos.defaulted():
         d[k] = cfg.hp(k)
     return {k: v for k, v in d.items() if k not in HASH_FREE}
 

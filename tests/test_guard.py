@@ -16,7 +16,8 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fedlab_analysis import compare, demo, probe, report, sweep, train as train_cli
-from fedlab_analysis.config import RunConfig, _FIELDS, _type, fields
+from fedlab_analysis.config import RunConfig, fields
+from fedlab_analysis.rules import type_of
 from fedlab_analysis.errors import UserError
 from fedlab_analysis.theory import __main__ as theory_cli
 
@@ -326,8 +327,8 @@ def _options(parser: argparse.ArgumentParser):
 def _train_options():
     out = []
     for f in fields(RunConfig):
-        base, _ = _type(f.name)
-        rule = _FIELDS[f.name].metadata
+        base, _ = type_of(f)
+        rule = f.metadata
         if base in ("int", "float"):
             out.append(("--" + f.name.replace("_", "-"), _range_values(base, rule)))
         elif "choices" in rule and not callable(rule["choices"]):

@@ -31,7 +31,7 @@ from ..errors import UserError
 from ..params import ParamSpace
 from .hvp import HessianOperator, MatrixOperator, Operator
 from .lanczos import density, smooth_density, top_eigenvalues, trace
-from ..config import arg_type
+from ..rules import arg_type
 
 __all__ = ["HessianOperator", "MatrixOperator", "Operator", "top_eigenvalues", "trace", "density",
            "per_layer", "layer_specs", "plot_eigenvalues", "plot_density", "plot_per_layer", "CLI"]

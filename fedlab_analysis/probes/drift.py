@@ -33,7 +33,7 @@ from torch import Tensor
 from ..errors import UserError
 from .common import full_gradient  # noqa: F401  (re-exported)
 from .consensus import wanted
-from ..config import arg_type
+from ..rules import arg_type
 
 
 # ---- vectors ------------------------------------------------------------------------------------------

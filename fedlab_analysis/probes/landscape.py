@@ -36,7 +36,7 @@ from torch import Tensor
 from ..errors import UserError
 from ..params import Layer, ParamSpace
 from ..plots import levels as nice_levels      # one contour-level rule (round 1-2-5 values) for every figure
-from ..config import arg_type
+from ..rules import arg_type
 
 LI_LEVELS = (0.1, 10.0, 0.5)  # Li et al. plot_2D.py: contour levels arange(vmin, vmax, vlevel)
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..config import arg_type
+from ..rules import arg_type
 
 OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 DENSE_LIMIT = 1 << 22            # entries of the dense operator below which the spectral norm is exact

@@ -30,7 +30,7 @@ import torch.nn.functional as Fn
 
 from ..errors import UserError
 from .common import client_weights
-from ..config import arg_type
+from ..rules import arg_type
 
 LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
 METHODS = ("one_step", "ascent", "quadratic")
@@ -282,7 +282,7 @@ def local_sharpness(f, theta, X, y, indices, rho: float, method: str = "one_step
 
 
 def training_rho(config: dict) -> float:
-    """The rho a run trained with (its --rho, or the papers' default 0.1: config.DEFAULTS)."""
+    """The rho a run trained with (its --rho, or the papers' default 0.1: algos.DEFAULTS)."""
     from ..config import RunConfig
     return float(RunConfig.from_dict(config).hp("rho"))
 

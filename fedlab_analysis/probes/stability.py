@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..config import arg_type
+from ..rules import arg_type
 
 
 # ---- generalization gap ------------------------------------------------------------------------------------
