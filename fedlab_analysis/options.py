@@ -10,6 +10,7 @@ import json
 import sys
 from dataclasses import fields
 
+from .cli import DEBUG, DEBUG_HELP
 from .errors import UserError
 from .rules import check, describe, type_of
 
@@ -22,7 +23,6 @@ class ArgParser(argparse.ArgumentParser):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         if self.add_help:
-            from .cli import DEBUG, DEBUG_HELP
             self.add_argument(DEBUG, action="store_true", help=DEBUG_HELP)
 
     def error(self, message):
