@@ -13,7 +13,9 @@ A round, top to bottom:
 The client side (start .. client_end: Run.clients) takes every active client at once, or, where the memory plan
 (plan.py) or --client-chunk says so, C of them at a time (Run.chunks): each chunk's [C, P] buffers reused, and the
 server step reads what it needs of the clients as sums over the chunks (RoundCtx.add / total / mean).
-All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables (``Run.table``, on --state-device).
+Each part owns its state (``part.state``, declared as slots: trainers/state.py), allocated here: [P] vectors and
+[m, P] tables (``Run.table``, on --state-device); ``run.state`` reads them all by name. A part's round constants are
+its attributes, set in round_start and cleared at the round's end (``Run.release``).
 
 The gradients of a step come from ``Run.grads``: ``--client-parallel loop`` takes one client after the other,
 ``vmap`` all active clients in one ``torch.func.vmap(grad(...))`` call over their stacked parameters. Both read the
@@ -27,6 +29,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -41,6 +44,8 @@ from ..errors import UserError
 from ..models import build_model, model_spec
 from ..params import ParamSpace
 from .rng import generator
+from .state import allocate
+from .views import RunView, StepView
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha", "min_size"),
@@ -72,7 +77,8 @@ class RoundCtx:
     I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
     W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
-    extra: dict = field(default_factory=dict)   # per-round values of the algorithm; a tensor [n, ...] is per client
+    buf: torch.Tensor | None = None   # each active client's BatchNorm buffers [n, P_buf] (models with them)
+    fixed: dict | None = None         # --compile: the round's batch tables padded to one shape (Run._fixed)
     segs: list = field(default_factory=list)    # (a, b, device rows, host rows): steps a..b-1 of the clients K_i > a
     per: dict = field(default_factory=dict)     # what the server step reads, per client [n, ...] (RoundCtx.add)
     sums: dict | None = None          # a chunked round's running sums over its chunks of the same (shared by them)
@@ -102,22 +108,15 @@ class RoundCtx:
 
     def take(self, rows: torch.Tensor, host: list, Kmin: int) -> "RoundCtx":
         """The round restricted to the clients at ``rows`` (``host``: the same as Python ints), all of which step
-        until step ``Kmin``: S, K, batches, draws, x0 and every per-client tensor of ``extra`` (``per_client``) as
-        their rows (gathered; a broadcast one stays broadcast), so its steps take every row and no masks."""
+        until step ``Kmin``: S, K, batches, draws, x0 and the BatchNorm buffers as their rows (gathered), so its
+        steps take every row and no masks (the parts' per-client round constants: Algorithm.take)."""
         h = torch.tensor(host, dtype=torch.long)
-        extra = {k: (v[:len(host)] if v.stride(0) == 0 else v.index_select(0, rows)) if per_client(v, self.n) else v
-                 for k, v in self.extra.items()}
         sub = lambda v: None if v is None else v.index_select(0, rows)      # noqa: E731
         return dataclasses.replace(
             self, S=self.S[h], K=self.K[h], batches=[self.batches[j] for j in host], aug=sub(self.aug),
             x0=sub(self.x0), active=None, all_on=True, rows=None, rows_host=None, K_dev=self.K_dev[rows], Kmin=Kmin,
             act=self.act.index_select(1, rows), row_at={}, sizes=[self.sizes[j] for j in host],
-            S_dev=self.S_dev[rows], I=self.I.index_select(0, rows), W=sub(self.W), extra=extra, segs=[])
-
-
-def per_client(v, n: int) -> bool:
-    """A per-client value of ``RoundCtx.extra``: a tensor [n, ...] of at least two dimensions (one row a client)."""
-    return torch.is_tensor(v) and v.dim() >= 2 and len(v) == n
+            S_dev=self.S_dev[rows], I=self.I.index_select(0, rows), W=sub(self.W), buf=sub(self.buf), segs=[])
 
 
 def with_dataset(cfg: RunConfig, dataset: Dataset | None) -> RunConfig:
@@ -184,9 +183,9 @@ class Run:
         # ---- state ------------------------------------------------------------------------------
         self.m = len(self.idx)
         self.t = 0                                   # rounds completed
-        self.state: dict[str, torch.Tensor] = {}
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
-        self.callbacks: list = []
+        self.callbacks: list = []                    # cb(event, RunView, StepView, x): trainers/views.py
+        self.view = RunView(self)                    # what callbacks see of this run
         self.out = None                              # the run directory of the latest train() call, if any
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
@@ -215,10 +214,18 @@ class Run:
         self.state_device = self.device if cfg.state_device == "run" else torch.device("cpu")
         self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
+        for p in self.algo.parts:                    # each part's declared state (trainers/state.py), on its device
+            p.state = allocate(self, p.name, p.slots)
         self.algo.init(self)
         self.chunk = self._chunk()
         if self.chunk is not None:                   # the plan's chunk is recorded, as the parallel mode is
             self.cfg = dataclasses.replace(self.cfg, client_chunk=self.chunk)
+
+    @property
+    def state(self):
+        """Every part's state by name (read-only mapping; names are unique within an algorithm): what a checkpoint
+        saves as ``algo_state``. A part writes its own, ``part.state``."""
+        return MappingProxyType(dict(self.algo.state_items()))
 
     def _chunk(self) -> int | None:
         """How many active clients a round trains at once (Run.chunks): --client-chunk, or the memory plan's choice
@@ -494,16 +501,16 @@ class Run:
         and past each K_i): one kind of batch, one shape, one compile. Stored step-major ([K_max, N, ...], each
         step's slice contiguous): a slice [:, k] of [N, K_max, B] has a stride that changes with the round's
         K_max, and torch.compile recompiles on a new stride (a ResNet-18-GN recompile costs ~40 s on an H100)."""
-        if "fixed" not in ctx.extra:
+        if ctx.fixed is None:
             n, N = ctx.n, max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
             pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
             W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
                                                            device=self.device)
             steps = lambda t: t.transpose(0, 1).contiguous()                                    # noqa: E731
             W = torch.cat([W, W.new_zeros(N - n, *W.shape[1:])])
-            ctx.extra["fixed"] = {"I": steps(pad(ctx.I)), "W": steps(W),
-                                  "aug": None if ctx.aug is None else steps(pad(ctx.aug))}
-        return ctx.extra["fixed"]
+            ctx.fixed = {"I": steps(pad(ctx.I)), "W": steps(W),
+                         "aug": None if ctx.aug is None else steps(pad(ctx.aug))}
+        return ctx.fixed
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
         """Minibatch loss gradients of the active clients at their points x [n, P] (rows of inactive clients
@@ -533,7 +540,8 @@ class Run:
     def release(self, ctx: RoundCtx) -> None:
         """Drop the finished round's [n, P] tensors (the algorithm's round constants, Delta_i, the start points)
         and the work buffers, so evaluation and the checkpoint do not hold them (train's loop calls it)."""
-        ctx.extra, ctx.x0, ctx.delta, ctx.per = {}, None, None, {}
+        self.algo.clear()
+        ctx.buf, ctx.fixed, ctx.x0, ctx.delta, ctx.per = None, None, None, None, {}
         if ctx.sums is not None:                     # a chunked round's sums
             ctx.sums = {}
         self._scratch.clear()
@@ -566,7 +574,7 @@ class Run:
         for r, (xb, yb) in enumerate(data):
             j = r if rows is None else ctx.rows_host[r]
             leaves = {n: v.requires_grad_() for n, v in self.space.unflatten(xa[r]).items()}
-            buf = ctx.extra["buf"][j] if self.bspace.P else None
+            buf = ctx.buf[j] if self.bspace.P else None
             loss = self.loss(self._call(leaves, xb, buf), yb)
             torch.cat([v.flatten() for v in torch.autograd.grad(loss, list(leaves.values()))], out=out[j])
             self.n_grads += 1
@@ -620,22 +628,23 @@ class Run:
         """The round's local steps as runs with one set of active clients: (ctx, x, first step, end step). Steps
         below min K_i take every client. Past it, where no callback watches the steps and the step's shape is free
         (no --compile), each run (ctx.segs) works on its clients' rows, gathered once into a reused buffer
-        (RoundCtx.take) and written back after it with the per-client values of ``extra`` the run kept: a step then
-        takes no masks and moves no rows. Otherwise the masked step of ctx.rows (callbacks read x and ctx.extra
-        whole; --compile steps every row). The same arithmetic either way: each row's numbers are unchanged."""
+        (RoundCtx.take, Algorithm.take) and written back after it with the per-client values the run kept: a step
+        then takes no masks and moves no rows. Otherwise the masked step of ctx.rows (callbacks read x and the
+        perturbation whole; --compile steps every row). The same arithmetic either way: each row's numbers are
+        unchanged."""
         if self.callbacks or self.cfg.compile or not ctx.segs:
             yield ctx, x, 0, int(ctx.K.max())
             return
         yield ctx, x, 0, ctx.Kmin
         for a, b, rows, host in ctx.segs:
             c = ctx.take(rows, host, b)
-            kept = {k: v for k, v in c.extra.items() if per_client(ctx.extra[k], ctx.n) and ctx.extra[k].stride(0)}
+            taken = self.algo.take(rows, host, ctx.n)
             xc = torch.index_select(x, 0, rows, out=self.scratch("x_seg", x, rows=len(host)))
             yield c, xc, a, b
             x.index_copy_(0, rows, xc)
-            for k, v in kept.items():                # still the gathered tensor (maybe updated in place): back
-                if c.extra.get(k) is v:
-                    ctx.extra[k].index_copy_(0, rows, v)
+            if c.buf is not None:                    # the clients' BatchNorm buffers (updated in place): back
+                ctx.buf.index_copy_(0, rows, c.buf)
+            self.algo.put_back(taken, rows)
 
     def round(self) -> RoundCtx:
         """One round: the client side (``clients``) for all active clients at once, or, where ``Run.chunk`` is
@@ -652,7 +661,8 @@ class Run:
             ctx.sums, x = {}, None                   # the server step reads the sums only
             for c in self.chunks(ctx):
                 self.clients(c)
-                c.extra, c.x0, c.delta = {}, None, None      # this chunk's [C, P] tensors go before the next's
+                algo.clear()                         # this chunk's [C, P] tensors go before the next's
+                c.buf, c.fixed, c.x0, c.delta = None, None, None, None
         w_new = algo.aggregate(self, ctx, x)
         algo.server_end(self, ctx, x, w_new)
         self.w = w_new
@@ -660,8 +670,9 @@ class Run:
             self.buf = ctx.mean("buf")
         self.last_round.index_fill_(0, ctx.S_dev, self.t)
         self.t += 1
+        step = StepView((ctx, algo))
         for cb in self.callbacks:
-            cb("round", self, ctx, x)
+            cb("round", self.view, step, x)
         return ctx
 
     def clients(self, ctx: RoundCtx) -> torch.Tensor:
@@ -669,10 +680,11 @@ class Run:
         clients' tables, what the server reads: ``RoundCtx.add``), last local models; returns x [n, P]."""
         algo = self.algo
         if self.bspace.P:
-            ctx.extra["buf"] = self.buf.expand(ctx.n, -1).clone()
+            ctx.buf = self.buf.expand(ctx.n, -1).clone()
         x = algo.start(self, ctx)
         ctx.x0 = x.clone() if algo.needs_x0 or self.callbacks else None    # [n, P]: only where something reads it
         algo.round_start(self, ctx)
+        step = StepView((ctx, algo)) if self.callbacks else None
         for c, xc, a, b in self.segments(ctx, x):
             for k in range(a, b):
                 self.set_step(c, k)
@@ -680,11 +692,11 @@ class Run:
                 d, decay = algo.direction(self, c, xc, g)
                 self.step(c, xc, d, decay)
                 algo.after_step(self, c, xc)
-                for cb in self.callbacks:
-                    cb("step", self, c, xc)
+                for cb in self.callbacks:            # callbacks: one run of all steps (segments), c is ctx
+                    cb("step", self.view, step, xc)
         algo.client_end(self, ctx, x)
         if self.bspace.P:
-            ctx.add("buf", ctx.extra["buf"])
+            ctx.add("buf", ctx.buf)
         if self.last_local is not None:
             self.put(self.last_local, ctx.S, x)
         return x
