@@ -143,3 +143,30 @@ def test_the_views_show_what_callbacks_read():
     assert len(reads["run"]) > 10 and len(reads["step"]) > 5     # the walk finds the probes' hooks
     assert {a for a, _ in reads["run"]} - set(RUN_FIELDS) == set(), reads["run"]
     assert {a for a, _ in reads["step"]} - set(STEP_FIELDS) == set(), reads["step"]
+
+
+def test_parts_get_read_only_views(tiny_cfg):
+    """A part's hooks see the run through PartView and the round through RoundView: they read, call the engine's
+    services and ctx.add, and cannot rebind the run's or the round's attributes."""
+    tried = {}
+
+    class Nosy(Part):
+        name = "nosy"
+
+        def round_start(self, run, ctx):
+            for obj, name in ((run, "cfg"), (run, "w"), (ctx, "k"), (ctx, "w")):
+                try:
+                    setattr(obj, name, None)
+                except AttributeError as e:
+                    tried[name] = str(e)
+            try:
+                run.algo                                        # noqa: B018
+            except AttributeError as e:
+                tried["algo"] = str(e)
+            tried["reads"] = (run.m, ctx.n, run.watched)
+
+    cfg = tiny_cfg()
+    run = Run(cfg, algo=Algorithm(cfg, Plain(), [Nosy()]))
+    ctx = run.round()
+    assert all("read-only" in tried[k] for k in ("cfg", "w", "k")) and "has no 'algo'" in tried["algo"]
+    assert tried["reads"] == (run.m, ctx.n, False)

@@ -29,6 +29,7 @@ from ..errors import UserError
 from .parts import (SAM, SMOO, Dyn, LESAM, Momentum, Part, Plain, Prox, RelaxedInit, Scaffold,
                     ServerAdam, ServerMomentum)
 from .state import Slot, per_client
+from .views import RoundView
 
 
 class Algorithm:
@@ -95,48 +96,53 @@ class Algorithm:
                 whole.index_copy_(0, rows, sub)
             setattr(p, name, whole)
 
+    # ---- the round's hooks: the engine calls them with PartView and RoundCtx; each part gets a RoundView ----
     def start(self, run, ctx):
-        x = ctx.w.expand(ctx.n, -1).clone()
+        x, v = ctx.w.expand(ctx.n, -1).clone(), RoundView(ctx)
         for p in self.parts:
-            x = p.start(run, ctx, x)
+            x = p.start(run, v, x)
         return x
 
     def round_start(self, run, ctx):
+        v = RoundView(ctx)
         for p in self.parts:
-            p.round_start(run, ctx)
+            p.round_start(run, v)
 
     def gradient(self, run, ctx, x, k):
-        return self.perturb.gradient(run, ctx, x, k)
+        return self.perturb.gradient(run, RoundView(ctx), x, k)
 
     def direction(self, run, ctx, x, g):
         """(pre-clip direction d, decay c): the step is x <- x - eta (clip(d) + c x). c x gathers the terms the
         simulator adds after clipping as SGD weight decay (wd, FedProx's mu, FedDyn's lamb), so it stays a scalar
         and the engine applies it in one pass. Parts may update d in place: it is this step's own tensor."""
-        d, decay = g, run.cfg.wd
+        d, decay, v = g, run.cfg.wd, RoundView(ctx)
         for p in self.parts:
-            d, decay = p.direction(run, ctx, x, d, decay)
+            d, decay = p.direction(run, v, x, d, decay)
         return d, decay
 
     def after_step(self, run, ctx, x):
+        v = RoundView(ctx)
         for p in self.parts:
-            p.after_step(run, ctx, x)
+            p.after_step(run, v, x)
 
     def client_end(self, run, ctx, x):
         ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
         ctx.delta = torch.sub(x, ctx.x0 if ri_code else ctx.w, out=run.spare(x))   # Delta_i, the client update
         ctx.add("delta", ctx.delta)                   # what the server step reads of the clients (RoundCtx.add)
+        v = RoundView(ctx)
         for p in self.parts:
-            p.client_end(run, ctx, x)
+            p.client_end(run, v, x)
 
     def aggregate(self, run, ctx, x):
         for p in reversed(self.parts):
             if p.aggregate is not None:
-                return p.aggregate(run, ctx, x)
+                return p.aggregate(run, RoundView(ctx), x)
         return ctx.w + run.cfg.hp("server_lr") * ctx.mean("delta")        # FedAvg with eta_g
 
     def server_end(self, run, ctx, x, w_new):
+        v = RoundView(ctx)
         for p in self.parts:
-            p.server_end(run, ctx, x, w_new)
+            p.server_end(run, v, x, w_new)
 
     def comm(self, run, ctx) -> dict:
         """Floats sent down / up in this round (all active clients) and stored per client."""

@@ -45,7 +45,7 @@ from ..models import build_model, model_spec
 from ..params import ParamSpace
 from .rng import generator
 from .state import allocate
-from .views import RunView, StepView
+from .views import PartView, RunView, StepView
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha", "min_size"),
@@ -186,6 +186,7 @@ class Run:
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
         self.callbacks: list = []                    # cb(event, RunView, StepView, x): trainers/views.py
         self.view = RunView(self)                    # what callbacks see of this run
+        self.face = PartView(self)                   # what the algorithm's parts see of it (trainers/views.py)
         self.out = None                              # the run directory of the latest train() call, if any
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
@@ -663,8 +664,8 @@ class Run:
                 self.clients(c)
                 algo.clear()                         # this chunk's [C, P] tensors go before the next's
                 c.buf, c.fixed, c.x0, c.delta = None, None, None, None
-        w_new = algo.aggregate(self, ctx, x)
-        algo.server_end(self, ctx, x, w_new)
+        w_new = algo.aggregate(self.face, ctx, x)
+        algo.server_end(self.face, ctx, x, w_new)
         self.w = w_new
         if self.bspace.P:
             self.buf = ctx.mean("buf")
@@ -681,20 +682,20 @@ class Run:
         algo = self.algo
         if self.bspace.P:
             ctx.buf = self.buf.expand(ctx.n, -1).clone()
-        x = algo.start(self, ctx)
+        x = algo.start(self.face, ctx)
         ctx.x0 = x.clone() if algo.needs_x0 or self.callbacks else None    # [n, P]: only where something reads it
-        algo.round_start(self, ctx)
+        algo.round_start(self.face, ctx)
         step = StepView((ctx, algo)) if self.callbacks else None
         for c, xc, a, b in self.segments(ctx, x):
             for k in range(a, b):
                 self.set_step(c, k)
-                g = algo.gradient(self, c, xc, k)
-                d, decay = algo.direction(self, c, xc, g)
+                g = algo.gradient(self.face, c, xc, k)
+                d, decay = algo.direction(self.face, c, xc, g)
                 self.step(c, xc, d, decay)
-                algo.after_step(self, c, xc)
+                algo.after_step(self.face, c, xc)
                 for cb in self.callbacks:            # callbacks: one run of all steps (segments), c is ctx
                     cb("step", self.view, step, xc)
-        algo.client_end(self, ctx, x)
+        algo.client_end(self.face, ctx, x)
         if self.bspace.P:
             ctx.add("buf", ctx.buf)
         if self.last_local is not None:
@@ -734,7 +735,7 @@ class Run:
         te = self.evaluate(Xte, Yte)
         row = {"round": self.t, "lr": ctx.lr, "train_loss": tr[0], "train_acc": tr[1], "test_loss": te[0],
                "test_acc": te[1], "test_samples": len(Yte), "n_active": ctx.n, "seconds": seconds}
-        row.update(self.algo.comm(self, ctx))
+        row.update(self.algo.comm(self.face, ctx))
         return row
 
     # ---- continuing in memory ------------------------------------------------------------------

@@ -48,20 +48,45 @@ class Part:
         return tuple(s.name for s in self.slots if s.kind == "vector")
 
     def init(self, run):
-        """Checks and set-up beyond allocating ``slots`` (done by the engine before)."""
+        """Once, with the Run itself, after the engine allocated ``state``: checks and set-up (FedALS splits
+        run.space). Returns None."""
 
     def clear(self):
         """The round is over: its constants go (no [n, P] tensor outlives the round)."""
         for c in self.consts:
             setattr(self, c, None)
 
-    def start(self, run, ctx, x): return x
-    def round_start(self, run, ctx): ...
-    def direction(self, run, ctx, x, d, decay): return d, decay   # see Algorithm.direction
-    def after_step(self, run, ctx, x): ...
-    def client_end(self, run, ctx, x): ...
-    aggregate = None          # a part that decides the new global model defines aggregate(run, ctx, x) -> w
-    def server_end(self, run, ctx, x, w_new): ...
+    # The round's hooks, in the order the engine calls them (engine.py's docstring). Every hook gets
+    #   run    PartView (trainers/views.py PART_FIELDS): the run, read-only, and the engine's services
+    #   ctx    RoundView (ROUND_FIELDS): the round and step, read-only but for ctx.add
+    #   x      the active clients' local models [n, P] (the engine's tensor: only after_step changes it in place);
+    #          None at aggregate and server_end in a chunked round, which read the clients through ctx.total/mean
+    # and writes only its own ``state`` and attributes. A hook returning None (the no-ops below) changes nothing.
+    def start(self, run, ctx, x):
+        """The clients' start points: returns x [n, P] (given: w for every client, or an earlier part's)."""
+        return x
+
+    def round_start(self, run, ctx):
+        """Before step 0: set the round's constants (``consts``) from ``state``. Returns None."""
+
+    def direction(self, run, ctx, x, d, decay):
+        """Step k's direction: returns (d, decay) from the earlier parts' (d: this step's own tensor, may be
+        changed in place; the step is x <- x - eta (clip(d) + decay x), Algorithm.direction)."""
+        return d, decay
+
+    def after_step(self, run, ctx, x):
+        """After step k's update (FedALS' synchronisation may average x's rows in place). Returns None."""
+
+    def client_end(self, run, ctx, x):
+        """After the local steps (ctx.delta holds Delta_i): write the clients' rows of ``state`` and ``ctx.add``
+        what the server step reads. Returns None."""
+
+    aggregate = None
+    """None, or aggregate(run, ctx, x) -> w^{t+1} [P] where the part decides the new global model (the last such
+    part decides; none: FedAvg with eta_g)."""
+
+    def server_end(self, run, ctx, x, w_new):
+        """After aggregation (w_new is w^{t+1}): update the server's vectors in ``state``. Returns None."""
 
 
 def K_divisor(run, ctx) -> torch.Tensor:
@@ -118,7 +143,7 @@ class SMOO(SAM):
         self.mu = run.rows(self.state.mu, ctx.S)      # gathered once per round; written back at client_end
         # the server reads each client's last s_hat (paper rule). Where every client takes every step and no hook
         # can take a gradient in between, the last one is still in its gradient buffer at the round's end: no copy
-        self.alias = ctx.Kmin == int(ctx.K.max()) and not run.callbacks
+        self.alias = ctx.Kmin == int(ctx.K.max()) and not run.watched
         if run.cfg.smoo_server != "code" and not self.alias:
             self.s_hat = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
 
@@ -130,7 +155,7 @@ class SMOO(SAM):
             mu.add_(s_hat).sub_(s)
             if keep and self.alias:
                 self.s_hat = s_hat                      # the gradient buffer itself (see round_start)
-            elif keep and (run.callbacks or ctx.k == ctx.Kmin - 1):
+            elif keep and (run.watched or ctx.k == ctx.Kmin - 1):
                 # s_hat lives in a reused gradient buffer. Every client of an all-on run of steps steps until Kmin,
                 # and each client's last step K_i - 1 is the last step of such a run (ctx.Kmin: min K_i, or the end
                 # of a Run.segments run): only that step's s_hat is read, so copy it then (a hook may read it sooner)

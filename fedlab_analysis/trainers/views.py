@@ -1,5 +1,5 @@
-"""What a training callback sees: read-only views of the run and of the step (Flower's ``Strategy``: each argument
-documented once, here).
+"""What training callbacks and an algorithm's parts see: read-only views of the run and of the step (Flower's
+``Strategy``: each argument documented once, here).
 
 A callback is ``cb(event, run, step, x) -> None`` (its return value is ignored), called by the engine:
 
@@ -101,3 +101,52 @@ class StepView(_ReadOnly):
             d = algo.perturbation
             return MappingProxyType({} if d is None else {"delta": d})
         return getattr(ctx, name)
+
+
+# ---- what the parts of an algorithm see (parts.py; engine.py's docstring shows when each hook runs) -------------
+PART_FIELDS = {
+    "cfg": "the run's RunConfig", "m": "number of clients", "n_i": "clients' data sizes [m] (host)",
+    "space": "ParamSpace of the flat vector", "bspace": "ParamSpace of the BatchNorm buffers",
+    "dtype": "the run's float dtype", "device": "the run's device",
+    "last_local": "every client's last local model [m, P] (kept where a part needs_last_local), or None",
+    "watched": "a callback is attached (it may read any step's values, so nothing may be left for later)",
+    "grads": "grads(ctx, x, k, data=None) -> minibatch gradients [n, P] at x (Run.grads)",
+    "step_data": "step_data(ctx, k): step k's minibatches, to share between two gradient passes",
+    "scratch": "scratch(name, like, rows=None): a work buffer reused across steps (Run.scratch)",
+    "spare": "spare(like): the last gradient's buffer, free after the local steps (Run.spare)",
+    "rows": "rows(table, S) -> the rows S of a [m, ...] state table on the run's device (a new tensor)",
+    "put": "put(table, S, v): table[S] = v across devices",
+}
+ROUND_FIELDS = {
+    "t": "the round (0-based)", "k": "the current local step", "n": "number of active clients",
+    "S": "active client ids, long [n] (host)", "S_dev": "the same on the run's device",
+    "K": "local steps per active client, long [n] (host)", "K_dev": "the same on the run's device",
+    "Kmin": "min K_i (of this run of steps)", "lr": "the round's local learning rate",
+    "w": "the global model at the round's start [P]",
+    "x0": "the clients' start points [n, P], where the algorithm or a callback reads them, else None",
+    "all_on": "every client takes step k (no masks)", "rows": "the active rows at step k when not all_on",
+    "delta": "Delta_i = x_i - ref_i [n, P] (from client_end on)", "buf": "the clients' BatchNorm buffers [n, P_buf]",
+    "add": "add(name, v [n, ...]): a per-client value the server step reads as a sum or mean (RoundCtx.add)",
+    "total": "total(name): its sum over the round's active clients", "mean": "mean(name): its mean",
+}
+
+
+class PartView(_ReadOnly):
+    """The run as parts see it (``PART_FIELDS``): read-only, with the engine's services a part calls."""
+    __slots__ = ()
+    FIELDS = PART_FIELDS
+
+    def _get(self, name):
+        run = self._of
+        if name == "watched":
+            return bool(run.callbacks)
+        if name in ("grads", "step_data"):
+            fn = getattr(run, name)
+            return lambda ctx, *a, **kw: fn(ctx._of if isinstance(ctx, RoundView) else ctx, *a, **kw)
+        return getattr(run, name)
+
+
+class RoundView(_ReadOnly):
+    """The round as parts see it (``ROUND_FIELDS``): read-only but for ``add`` (what the server step reads)."""
+    __slots__ = ()
+    FIELDS = ROUND_FIELDS
