@@ -25,7 +25,6 @@ short batch is padded and its mean loss re-weighted, so the two modes agree to f
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -38,11 +37,12 @@ import torch.nn.functional as F
 from ..checkpoint import load_weights
 from ..config import RunConfig
 from ..data import Dataset, load_dataset, partition
-from ..data.augment import aug_apply, aug_draw
+from ..data.augment import aug_apply
 from ..device import resolve
 from ..errors import UserError
 from ..models import build_model, model_spec
 from ..params import ParamSpace
+from . import sampling
 from .rng import generator
 from .state import allocate
 from .views import PartView, RunView, StepView
@@ -346,102 +346,33 @@ class Run:
     def lr_at(self, t: int) -> float:
         return self.cfg.lr * self.cfg.lr_decay ** t
 
-    # ---- client sampling and minibatches ----------------------------------------------------------
+    # ---- client sampling and minibatches (sampling.py) -------------------------------------------------
     def sample_clients(self, t: int) -> torch.Tensor:
-        cfg, m = self.cfg, self.m
-        g = generator(cfg.seed, t, purpose="sample")
-        if cfg.sampling == "fixed" or cfg.active_ratio >= 1:
-            n = max(1, round(cfg.active_ratio * m))
-            return torch.randperm(m, generator=g)[:n].sort().values
-        while True:                                  # the simulator: Bernoulli(p) each, redraw if empty
-            on = torch.rand(m, generator=g, dtype=torch.float64) <= cfg.active_ratio
-            if on.any():
-                return on.nonzero().flatten()
+        return sampling.sample_clients(self.cfg, self.m, t)
 
     def local_steps(self, i: int) -> int:
-        cfg = self.cfg
-        if self.algo.K is not None:
-            return self.algo.K
-        if cfg.local_steps is not None:
-            return cfg.local_steps
-        return max(1, round(cfg.local_epochs * math.ceil(int(self.n_i[i]) / cfg.batch_size)))
+        return sampling.local_steps(self.cfg, int(self.n_i[i]), self.algo.K)
 
     def batches(self, t: int, i: int, K: int) -> list[torch.Tensor]:
-        """K minibatches of client i in round t (host index tensors, drawn on the CPU generator whatever the run's
-        device, so every device sees the same batches): reshuffle every epoch; epochs keep the last partial batch
-        (a DataLoader with shuffle=True), --local-steps draws full batches from consecutive permutations."""
-        g, ix, B = generator(self.cfg.seed, t, i, "batch"), self.idx[i], self.cfg.batch_size
-        n = len(ix)
-        out = []
-        if self.cfg.local_steps is None:
-            while len(out) < K:
-                perm = ix[torch.randperm(n, generator=g)]
-                out.extend(perm.split(B))
-            return out[:K]
-        need = K * min(B, n)
-        reps = -(-need // n)
-        perm = torch.cat([ix[torch.randperm(n, generator=g)] for _ in range(reps)])
-        return list(perm[:need].split(min(B, n)))
+        return sampling.batches(self.cfg, self.idx[i], t, i, K)
 
     def round_ctx(self, t: int) -> RoundCtx:
+        """Round t's clients, step counts, minibatches and step tables (and augmentation draws), from the host."""
         S = self.sample_clients(t)
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
         ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
         self._steps(ctx)
         if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
-            aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
-            for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
-                g = generator(self.cfg.seed, t, i, "augment")      # the CPU generator on every device
-                for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
-                    aug[j, k, :, :a.shape[1]] = a
-            ctx.aug = self.dev(aug)
+            ctx.aug = self.dev(sampling.aug_table(self.cfg.seed, t, S, batches, *ctx.I.shape[1:]))
         return ctx
 
     def _steps(self, ctx: RoundCtx) -> None:
-        """ctx's step tables from its clients' K and batches: who steps at each k, the runs of steps with one
-        active set (``segments``), the padded minibatch table (``_pad``)."""
-        K = ctx.K
-        ctx.K_dev, ctx.Kmin = self.dev(K), int(K.min())          # K lives on the host: no read-back per step
-        ctx.S_dev = self.dev(ctx.S)
-        act = torch.arange(int(K.max()))[:, None] < K[None, :]
-        ctx.act = self.dev(act)
-        masked = [act[k].nonzero().flatten() for k in range(ctx.Kmin, act.shape[0])]
-        if masked:                                   # the rows of every masked step, moved in one copy
-            dev = self.dev(torch.cat(masked)).split([len(r) for r in masked])
-            ctx.row_at = {ctx.Kmin + q: (dev[q], masked[q].tolist()) for q in range(len(masked))}
-            ends = sorted(set(K.tolist()))           # the active set changes only where some client's K_i ends
-            ctx.segs = [(a, b, *ctx.row_at[a]) for a, b in zip(ends, ends[1:])]
-        self._pad(ctx)
+        sampling.step_tables(ctx, self.dev, self.dtype)
 
     def dev(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor on the run's device, copied without waiting (no host sync on CUDA)."""
         return t.to(self.device, non_blocking=True)
-
-    def _pad(self, ctx: RoundCtx) -> None:
-        """The round's minibatch indices as one padded table I [n, max K_i, max B] (row j, step k: client
-        S[j]'s batch, padded with its first index) and, where batches are unequal, mean-loss weights W
-        (1/|b| on real samples, 0 on padding) so a padded batch has the same mean loss as the real one."""
-        n, Kmax = ctx.n, int(ctx.K.max())
-        ctx.sizes = sizes = [[len(b) for b in bs] for bs in ctx.batches]
-        B = max(max(s) for s in sizes)
-        I = torch.empty(n, Kmax, B, dtype=torch.long)
-        full = all(len(s) == Kmax and min(s) == B for s in sizes)
-        for j, bs in enumerate(ctx.batches):
-            if len(bs) == Kmax and min(sizes[j]) == B:
-                I[j] = torch.stack(bs)
-                continue
-            I[j] = bs[0][0]
-            for k, b in enumerate(bs):
-                I[j, k, :len(b)] = b
-        ctx.I, ctx.W, ctx.padded = self.dev(I), None, []
-        if not full:
-            nb = torch.zeros(n, Kmax, dtype=self.dtype)
-            for j, s in enumerate(sizes):
-                nb[j, :len(s)] = torch.tensor(s, dtype=self.dtype)
-            valid = torch.arange(B, dtype=self.dtype) < nb[..., None]
-            ctx.W = self.dev(valid / nb.clamp(min=1)[..., None])
-            ctx.padded = [any(len(s) > k and s[k] < B for s in sizes) for k in range(Kmax)]
 
     def set_step(self, ctx: RoundCtx, k: int) -> None:
         """Step k's active clients: every one while k < min K_i (no masks), else those with K_i > k."""
@@ -491,26 +422,17 @@ class Run:
         return xb, self.Y[I], W
 
     def n_pad(self) -> int:
-        """--compile's row count: the largest active set of the run's rounds (the seeded sampling is known in
-        advance), so the compiled step sees one shape in every round."""
+        """--compile's row count: the largest active set of the run's rounds, so the compiled step sees one shape in
+        every round."""
         if self._n_pad[0] != self.cfg.rounds:
-            self._n_pad = (self.cfg.rounds, max(len(self.sample_clients(t)) for t in range(max(self.cfg.rounds, 1))))
+            self._n_pad = (self.cfg.rounds, sampling.largest_active_set(self.cfg, self.m))
         return self._n_pad[1]
 
     def _fixed(self, ctx: RoundCtx) -> dict:
-        """The round's batch tables padded to ``n_pad`` rows, with mean-loss weights everywhere (zero on padding
-        and past each K_i): one kind of batch, one shape, one compile. Stored step-major ([K_max, N, ...], each
-        step's slice contiguous): a slice [:, k] of [N, K_max, B] has a stride that changes with the round's
-        K_max, and torch.compile recompiles on a new stride (a ResNet-18-GN recompile costs ~40 s on an H100)."""
+        """The round's --compile batch tables (sampling.fixed_tables), padded to ``n_pad`` rows (or the chunk's)."""
         if ctx.fixed is None:
-            n, N = ctx.n, max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
-            pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
-            W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
-                                                           device=self.device)
-            steps = lambda t: t.transpose(0, 1).contiguous()                                    # noqa: E731
-            W = torch.cat([W, W.new_zeros(N - n, *W.shape[1:])])
-            ctx.fixed = {"I": steps(pad(ctx.I)), "W": steps(W),
-                         "aug": None if ctx.aug is None else steps(pad(ctx.aug))}
+            N = max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
+            ctx.fixed = sampling.fixed_tables(ctx, N, self.dtype, self.device)
         return ctx.fixed
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
