@@ -43,6 +43,7 @@ from ..errors import UserError
 from ..models import build_model, model_spec
 from ..params import ParamSpace
 from . import sampling
+from .algorithms import ALGORITHMS
 from .rng import generator
 from .state import allocate
 from .views import PartView, RunView, StepView
@@ -138,7 +139,6 @@ class Run:
     def __init__(self, cfg: RunConfig, algo=None, dataset: Dataset | None = None, init=None):
         """``init``: start weights as a state dict (name -> tensor) or a path (see ``--init``); None takes
         ``cfg.init``; False starts from the seeded initialisation even if ``cfg.init`` is set (a resume)."""
-        from . import ALGORITHMS
         self.cfg = cfg = with_dataset(cfg, dataset).validate()
         self.algo = algo or ALGORITHMS[cfg.algo](cfg)
         self.dtype, self.device = DTYPES[cfg.dtype], resolve(cfg.device)
@@ -188,6 +188,7 @@ class Run:
         self.view = RunView(self)                    # what callbacks see of this run
         self.face = PartView(self)                   # what the algorithm's parts see of it (trainers/views.py)
         self.out = None                              # the run directory of the latest train() call, if any
+        self.trainer = None                          # the loop that trained it (loop.train sets it): Run.advance
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
         self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
@@ -664,11 +665,13 @@ class Run:
     def advance(self, rounds: int, out=None, callbacks=()) -> "Run":
         """Train ``rounds`` more rounds in place, exactly as one longer run (metrics and checkpoints go to ``out``,
         by default the directory of the previous ``train`` call). ``run.advance(3)`` twice equals 6 rounds."""
-        from .loop import train
         if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
             raise UserError(f"advance: rounds must be an integer >= 1 (got {rounds!r})")
+        if self.trainer is None:
+            raise UserError("advance: this Run was built directly, not by train(); continue it with "
+                            "fedlab_analysis.trainers.loop.train(cfg, run=run)")
         cfg = dataclasses.replace(self.cfg, rounds=self.t + rounds)
-        return train(cfg, self.out if out is None else out, callbacks=callbacks, run=self)
+        return self.trainer(cfg, self.out if out is None else out, callbacks=callbacks, run=self)
 
     # ---- state for checkpoints ---------------------------------------------------------------------
     def spec(self) -> dict:

@@ -140,6 +140,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
                             f"give --rounds {prior['round']} or more")
     if run is None:
         run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
+    run.trainer = train                              # Run.advance continues with this loop (engine.py cannot import it)
     tb_writer = _tensorboard(cfg, out)              # a missing tensorboard is refused before any write
     run.callbacks.extend(cb for cb in callbacks if cb not in run.callbacks)
     if prior is not None:
