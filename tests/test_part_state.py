@@ -54,6 +54,8 @@ def test_the_engine_allocates_each_declared_slot(tiny_cfg):
     assert st.tab.shape == (run.m, P) and st.vec.shape == (P,) and st.flags.dtype == torch.bool
     assert torch.equal(st.w0, run.w) and list(run.state) == ["tab", "vec", "flags", "w0"]
     run.round()
+    with pytest.raises(ValueError, match="belongs to another Run"):   # its parts hold this run's state
+        Run(cfg, algo=run.algo)
 
 
 def test_round_constants_live_on_the_part_for_the_round(tiny_cfg):

@@ -216,6 +216,8 @@ class Run:
         self.state_device = self.device if cfg.state_device == "run" else torch.device("cpu")
         self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
+        if any(p.state is not None for p in self.algo.parts):   # its parts hold one run's state
+            raise ValueError("Run(algo=...): this Algorithm already belongs to another Run; build one per run")
         for p in self.algo.parts:                    # each part's declared state (trainers/state.py), on its device
             p.state = allocate(self, p.name, p.slots)
         self.algo.init(self)
