@@ -28,6 +28,8 @@ from .. import algos
 from ..errors import UserError
 from .parts import (SAM, SMOO, Dyn, LESAM, Momentum, Part, Plain, Prox, RelaxedInit, Scaffold,
                     ServerAdam, ServerMomentum)
+from .state import Slot, per_client
+from .views import RoundView
 
 
 class Algorithm:
@@ -44,53 +46,103 @@ class Algorithm:
         self.tables = [k for p in self.parts for k in p.tables]      # per-client [m, P] tables, by name
         self.vectors = [k for p in self.parts for k in p.vectors]    # [P] vectors
         self.chunkable = all(p.chunkable for p in self.parts)       # rounds may run in chunks (Run.chunks)
+        self.owner = owners(self.parts)
+        self.clear()                               # no round yet: every round constant is None
 
     def init(self, run):
         for p in self.parts:
             p.init(run)
 
-    def start(self, run, ctx):
-        x = ctx.w.expand(ctx.n, -1).clone()
+    # ---- the parts' state and round constants ---------------------------------------------------------
+    def state_items(self):
+        """(name, tensor) of every part's state, in the parts' order: the checkpoint's flat algo_state."""
         for p in self.parts:
-            x = p.start(run, ctx, x)
+            yield from p.state.items()
+
+    def set_state(self, name: str, value) -> None:
+        """Put ``value`` in the state ``name`` of the part that owns it (``owner``; a checkpoint's flat key)."""
+        setattr(self.owner[name].state, name, value)
+
+    @property
+    def perturbation(self):
+        """The perturbation delta [n, P] under the current step's gradient (SAM: this step's rho g/||g||;
+        FedLESAM: the round's), or None (no perturbation, or outside a round). Drift probes read it."""
+        return self.perturb.delta
+
+    def clear(self) -> None:
+        """The round (or chunk) is over: every part's round constants go."""
+        for p in self.parts:
+            p.clear()
+
+    def take(self, rows, host: list, n: int) -> dict:
+        """Restrict every part's per-client round constants [n, ...] to ``rows`` (a run of steps, Run.segments; a
+        broadcast one stays broadcast). Returns {(part, name): (whole, rows)} for ``put_back``."""
+        out = {}
+        for p in self.parts:
+            for name in p.consts:
+                v = getattr(p, name)
+                if per_client(v, n):
+                    sub = v[:len(host)] if v.stride(0) == 0 else v.index_select(0, rows)
+                    out[p, name] = (v, sub)
+                    setattr(p, name, sub)
+        return out
+
+    @staticmethod
+    def put_back(taken: dict, rows) -> None:
+        """After a run of steps: rows a part kept (maybe updated in place) go back into the whole; every
+        constant is the whole round's again."""
+        for (p, name), (whole, sub) in taken.items():
+            if whole.stride(0) and getattr(p, name) is sub:
+                whole.index_copy_(0, rows, sub)
+            setattr(p, name, whole)
+
+    # ---- the round's hooks: the engine calls them with PartView and RoundCtx; each part gets a RoundView ----
+    def start(self, run, ctx):
+        x, v = ctx.w.expand(ctx.n, -1).clone(), RoundView(ctx)
+        for p in self.parts:
+            x = p.start(run, v, x)
         return x
 
     def round_start(self, run, ctx):
+        v = RoundView(ctx)
         for p in self.parts:
-            p.round_start(run, ctx)
+            p.round_start(run, v)
 
     def gradient(self, run, ctx, x, k):
-        return self.perturb.gradient(run, ctx, x, k)
+        return self.perturb.gradient(run, RoundView(ctx), x, k)
 
     def direction(self, run, ctx, x, g):
         """(pre-clip direction d, decay c): the step is x <- x - eta (clip(d) + c x). c x gathers the terms the
         simulator adds after clipping as SGD weight decay (wd, FedProx's mu, FedDyn's lamb), so it stays a scalar
         and the engine applies it in one pass. Parts may update d in place: it is this step's own tensor."""
-        d, decay = g, run.cfg.wd
+        d, decay, v = g, run.cfg.wd, RoundView(ctx)
         for p in self.parts:
-            d, decay = p.direction(run, ctx, x, d, decay)
+            d, decay = p.direction(run, v, x, d, decay)
         return d, decay
 
     def after_step(self, run, ctx, x):
+        v = RoundView(ctx)
         for p in self.parts:
-            p.after_step(run, ctx, x)
+            p.after_step(run, v, x)
 
     def client_end(self, run, ctx, x):
         ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
         ctx.delta = torch.sub(x, ctx.x0 if ri_code else ctx.w, out=run.spare(x))   # Delta_i, the client update
         ctx.add("delta", ctx.delta)                   # what the server step reads of the clients (RoundCtx.add)
+        v = RoundView(ctx)
         for p in self.parts:
-            p.client_end(run, ctx, x)
+            p.client_end(run, v, x)
 
     def aggregate(self, run, ctx, x):
         for p in reversed(self.parts):
             if p.aggregate is not None:
-                return p.aggregate(run, ctx, x)
+                return p.aggregate(run, RoundView(ctx), x)
         return ctx.w + run.cfg.hp("server_lr") * ctx.mean("delta")        # FedAvg with eta_g
 
     def server_end(self, run, ctx, x, w_new):
+        v = RoundView(ctx)
         for p in self.parts:
-            p.server_end(run, ctx, x, w_new)
+            p.server_end(run, v, x, w_new)
 
     def comm(self, run, ctx) -> dict:
         """Floats sent down / up in this round (all active clients) and stored per client."""
@@ -101,6 +153,18 @@ class Algorithm:
         return {"floats_down": down * P * ctx.n, "floats_up": up * P * ctx.n, "floats_stored_per_client": stored * P}
 
 
+def owners(parts) -> dict:
+    """state name -> the part that owns it; two parts declaring one name is an error (a checkpoint keeps the
+    names flat, and no part may write another's state)."""
+    out = {}
+    for p in parts:
+        for s in p.slots:
+            if s.name in out:
+                raise ValueError(f"parts {out[s.name].name} and {p.name} both declare the state {s.name!r}")
+            out[s.name] = p
+    return out
+
+
 class ALS(Part):
     """FedALS (Gholami & Seferoglu, Alg. 1 as its text intends): after global
     local step s = t tau + k + 1, average the head h when s % tau == 0 and the representation phi when
@@ -108,12 +172,14 @@ class ALS(Part):
     With ``scaffold`` (Alg. 4): d = g - c_k + mean_j c_j and, at each group's sync,
     c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group."""
 
+    name = "als"
     needs_last_local = True                       # every client's own model persists in run.last_local
     chunkable = False                             # its synchronisations average over all clients at local steps
 
     def __init__(self, tau: int, alpha: int, scaffold: bool = False):
         self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
-        self.tables = ("c_k", "x_sync") if scaffold else ()
+        # read whole at every step: on the run's device, not --state-device
+        self.slots = (Slot("c_k", "table", on="run"), Slot("x_sync", "table", init="w", on="run")) if scaffold else ()
 
     def init(self, run):
         n = run.space.n_blocks
@@ -126,34 +192,30 @@ class ALS(Part):
         run.space = run.space.with_phi_layers(L)
         phi = run.space.mask("group:phi")                 # as index tensors: a boolean mask would sync every step
         self.phi, self.h = phi.nonzero().flatten().to(run.device), (~phi).nonzero().flatten().to(run.device)
-        for k in self.tables:                     # read whole at every step: on the run's device, not --state-device
-            run.state[k] = run.zeros(run.m)
-        if self.scaffold:
-            run.state["x_sync"].copy_(run.w)
 
     def start(self, run, ctx, x):
         return run.rows(run.last_local, ctx.S)
 
     def direction(self, run, ctx, x, d, decay):
         if self.scaffold:
-            c = run.state["c_k"]
+            c = self.state.c_k
             d = d + (c.mean(0) - c[ctx.S_dev])
         return d, decay
 
     def _sync(self, run, ctx, x, mask, period):
         if self.scaffold:
-            c, last = run.state["c_k"], run.state["x_sync"]
+            c, last = self.state.c_k, self.state.x_sync
             c[:, mask] = c[:, mask] - c[:, mask].mean(0) + (last[:, mask] - x[:, mask]) / (ctx.lr * period)
         x[:, mask] = x[:, mask].mean(0)
         if self.scaffold:
-            run.state["x_sync"][:, mask] = x[:, mask]
+            last[:, mask] = x[:, mask]
 
     def after_step(self, run, ctx, x):
         s = ctx.t * self.tau + ctx.k + 1
         if s % self.tau == 0:
             self._sync(run, ctx, x, self.h, self.tau)
             if run.bspace.P:
-                ctx.extra["buf"][:] = ctx.extra["buf"].mean(0)
+                ctx.buf[:] = ctx.buf.mean(0)
         if s % (self.alpha * self.tau) == 0:
             self._sync(run, ctx, x, self.phi, self.alpha * self.tau)
 
