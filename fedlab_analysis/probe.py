@@ -15,7 +15,8 @@ import sys
 from .cli import data_spec, guard, layer_spec, out_file, plot_file
 from .errors import ArgParser, UserError
 from .probes import PROBES, options
-from .probes.options import SEED_MAX, HelpFormatter  # noqa: F401  (SEED_MAX: read by tests)
+from .probes.options import HelpFormatter
+
 
 class _OneLine(HelpFormatter):
     """`probe --help`: each probe's name and its line side by side (the longest name is 9 characters)."""

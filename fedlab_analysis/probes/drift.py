@@ -32,25 +32,13 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
+from ..linalg import cosine, unit  # noqa: F401  (re-exported)
 from .common import full_gradient  # noqa: F401  (re-exported)
 from .consensus import wanted
 from .options import Common, opt
 
 
-# ---- vectors ------------------------------------------------------------------------------------------
-def unit(v: Tensor) -> Tensor:
-    """v / ||v|| row-wise over the whole flat vector; zero rows stay zero."""
-    n = v.norm(dim=-1, keepdim=True)
-    return torch.where(n > 0, v / torch.where(n > 0, n, torch.ones_like(n)), torch.zeros_like(v))
-
-
-def cosine(a: Tensor, b: Tensor) -> Tensor:
-    """cos(a_i, b) row-wise (float64); NaN where a row or b is zero."""
-    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    den = a.norm(dim=-1) * b.norm()
-    return torch.where(den > 0, (a @ b) / torch.where(den > 0, den, torch.ones_like(den)), torch.nan)
-
-
+# ---- vectors: unit(v) and cosine(a, b) live in fedlab_analysis/linalg.py (shared with the sharpness probe) --------
 def perturbation_drift(local: Tensor, global_: Tensor) -> tuple[float | None, int]:
     """One step of FedLESAM's PD: (1/(2n)) sum_i ||u(global_) - u(local_i)|| over the n clients whose local
     perturbation is non-zero; returns (PD, n). ``local`` [n, P], ``global_`` [P]; PD is None when n = 0."""

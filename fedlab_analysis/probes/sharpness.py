@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as Fn
 
 from ..errors import UserError
+from ..linalg import project, trust_region_max, unit  # noqa: F401  (trust_region_max re-exported)
 from .common import client_weights
 from .options import Common, opt, resolve
 
@@ -111,51 +112,8 @@ class Mixture(Objective):
 
 
 # ---- inner maximisation over the rho-ball -----------------------------------------------------------------
-def _unit(v: torch.Tensor) -> torch.Tensor:
-    n = v.norm()
-    return v / n if n > 0 else torch.zeros_like(v)
-
-
-def _project(d: torch.Tensor, rho: float) -> torch.Tensor:
-    n = float(d.norm())
-    return d * (rho / n) if n > rho else d
-
-
-def trust_region_max(H: torch.Tensor, g: torch.Tensor, rho: float) -> torch.Tensor:
-    """argmax_{||d|| <= rho} g'd + d'Hd/2 for symmetric H (any sign), in float64.
-
-    KKT: (lam I - H) d = g, lam >= max(lambda_max(H), 0), lam (||d|| - rho) = 0. In the eigenbasis H = Q diag(a) Q',
-    ||d(lam)||^2 = sum_j (Q'g)_j^2 / (lam - a_j)^2 decreases on (a_max, inf); lam is found by bisection. The hard
-    case (g orthogonal to the top eigenspace, e.g. at a minimum) fills the remaining radius with a top
-    eigenvector; both candidates are formed and the one with the larger model value is returned, which also
-    covers a gradient that is zero only up to rounding."""
-    H64, g64 = H.detach().double(), g.detach().double()
-    a, Q = torch.linalg.eigh((H64 + H64.T) / 2)
-    c, amax = Q.T @ g64, float(a[-1])
-    top = a >= amax - 1e-9 * max(1.0, abs(amax))
-
-    def d_of(lam):
-        den = lam - a
-        return torch.where(den > 0, c / den.clamp_min(1e-300), torch.zeros_like(c))
-
-    def q(d):
-        return float(c @ d + 0.5 * (a * d * d).sum())
-
-    lo = max(amax, 0.0)
-    if lo > amax and float(d_of(lo).norm()) <= rho:          # concave and interior: lam = 0
-        return (Q @ d_of(lo)).to(g)
-    hi = lo + float(c.norm()) / rho + 1e-300
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if float(d_of(mid).norm()) > rho else (lo, mid)
-    cands = [_project(d_of(hi), rho)]
-    d0 = torch.where(top, torch.zeros_like(c), d_of(max(amax, 0.0)))
-    if amax >= 0 and float(d0.norm()) <= rho:               # hard case: lam = a_max
-        e = torch.zeros_like(c)
-        j = int(top.nonzero()[0])
-        e[j] = 1.0 if float(c[j]) >= 0 else -1.0
-        cands.append(d0 + math.sqrt(max(rho ** 2 - float(d0.norm()) ** 2, 0.0)) * e)
-    return (Q @ max(cands, key=q)).to(g)
+# normalise, project and the trust-region maximiser: fedlab_analysis/linalg.py (shared with the drift probe)
+_unit, _project = unit, project
 
 
 def maximise(F: Objective, theta: torch.Tensor, rho: float, method: str = "one_step", *, steps: int = 10,
