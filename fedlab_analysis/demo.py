@@ -35,10 +35,11 @@ def probe(name, ckpt, *argv) -> dict:
     from .probes import PROBES, runner
     p = cli.parser()
     args = p.parse_args([str(a) for a in (name, ckpt, *argv)])
+    given = cli.sources(p, args)                  # before check_args, which resolves --device
     try:
         cli.check_args(args)
         result = runner.measure(name, cli.options_of(args))
-        result["setting_sources"] = cli.sources(p, args)
+        result["setting_sources"] = given
         if args.plot:
             PROBES[name].plot(result, args.plot)
     except UserError as e:

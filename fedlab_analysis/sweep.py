@@ -73,8 +73,9 @@ def validate_config(d: dict, source: str) -> RunConfig:
 def _probe_parser():
     """The probe CLI's parser, raising UserError instead of printing usage and exiting."""
     from . import probe
+    from .errors import ArgParser
 
-    class Strict(argparse.ArgumentParser):
+    class Strict(ArgParser):
         def error(self, message):
             raise UserError(message)
     return probe.parser(cls=Strict)
@@ -244,14 +245,15 @@ def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
     target = run_dir / "probes" / f"{label}.json"
     p = _probe_parser()
     try:
-        args = p.parse_args([argv[0], str(run_dir), *argv[1:]])
+        args = p.parse_args([argv[0], str(run_dir), *argv[1:], "--json", str(target)])      # as the CLI writes it
+        given = probe.sources(p, args)
         probe.check_args(args, outputs=False)
         set_threads(args.threads)
         common.PROGRESS = not args.quiet
         result = runner.measure(args.probe, probe.options_of(args))
     except UserError as e:
         raise RuntimeError(f"probe {shlex.join(argv)!r} failed: error: {e}") from None
-    result["setting_sources"] = probe.sources(p, args)
+    result["setting_sources"] = given
     result = runner.public(result)
     _write_json(target, result)
     return json.loads(json.dumps(result, default=float))
