@@ -24,16 +24,19 @@ import contextlib
 import copy
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from ..errors import UserError
 from ..params import ParamSpace
 from .hvp import HessianOperator, MatrixOperator, Operator
 from .lanczos import density, smooth_density, top_eigenvalues, trace
 from .options import Common, opt, resolve
+
+if TYPE_CHECKING:                  # figures only when drawn: matplotlib is not imported with the probes
+    from matplotlib.figure import Figure
 
 __all__ = ["HessianOperator", "MatrixOperator", "Operator", "top_eigenvalues", "trace", "density",
            "per_layer", "layer_specs", "plot_eigenvalues", "plot_density", "plot_per_layer", "Curvature", "run",

@@ -36,8 +36,14 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..params import Layer, ParamSpace
-from ..plots import levels as nice_levels      # one contour-level rule (round 1-2-5 values) for every figure
 from .options import Common, opt
+
+
+def nice_levels(Z, *a, **kw):
+    """plots.levels: the one contour-level rule (round 1-2-5 values) of every figure (matplotlib imported here,
+    when a figure is drawn, not with the probes)."""
+    from ..plots import levels
+    return levels(Z, *a, **kw)
 
 LI_LEVELS = (0.1, 10.0, 0.5)  # Li et al. plot_2D.py: contour levels arange(vmin, vmax, vlevel)
 

@@ -71,12 +71,6 @@ def from_namespace(options: type, ns: argparse.Namespace):
     return options(**{f.name: getattr(ns, f.name) for f in fields(options) if hasattr(ns, f.name)})
 
 
-def given(opts, names, why: str) -> None:
-    """One line for the first option in ``names`` that was given (not None, not off) although it cannot act."""
-    from .common import refuse
-    refuse(opts, names, why)
-
-
 BN_HELP = ("BatchNorm statistics: train = each batch of --bn-batch samples normalised by its own statistics, the "
            "objective the clients optimised (the default, so curvature and sharpness describe what training "
            "minimised); eval = the checkpoint's running statistics, the deployed model; recalibrate = running "
