@@ -155,8 +155,8 @@ def test_generated_arguments_read_the_declared_range():
 
 def test_probe_doctests_pass_and_a_wrong_expectation_fails():
     from fedlab_analysis import linalg
-    from fedlab_analysis.probes import hessian, landscape, sharpness, trace
-    for m in (hessian, trace, landscape, sharpness, linalg):
+    from fedlab_analysis.probes import consensus, density, drift, hessian, landscape, margin, sharpness, trace
+    for m in (hessian, trace, density, landscape, consensus, sharpness, drift, margin, linalg):
         r = doctest.testmod(m, optionflags=doctest.ELLIPSIS)
         assert r.failed == 0 and r.attempted > 0, m.__name__
     broken = types.ModuleType("broken")

@@ -277,6 +277,13 @@ def compute(bundle, opts: Options) -> dict:
         opts: ``batch_size``, the chunk of the full-gradient pass.
     Returns:
         ``from_checkpoint``'s dict plus ``summary`` (``flat_quality`` and the sample count).
+
+    FedLESAM's perturbation drift against the exact answer (one client along the global direction, one at a
+    right angle to it: (0 + sqrt 2) / (2 * 2)):
+
+    >>> import torch
+    >>> perturbation_drift(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1.0, 0.0]))
+    (0.3535533905932738, 2)
     """
     q = from_checkpoint(bundle, opts.batch_size)
     summary = {**flat_quality(q), "n_samples": len(bundle.y)}
