@@ -79,5 +79,5 @@ def measure(name: str, opts, device=None, dtype=None) -> dict:
     compare = getattr(PROBES[name], "compare", None)
     if compare is None:
         raise UserError(f"the {name} probe takes one checkpoint")
-    runs = [one(name, copy.copy(opts), p, device, dtype) for p in paths]
+    runs = (one(name, copy.copy(opts), p, device, dtype) for p in paths)      # one at a time: a refusal stops early
     return compare(runs, paths)

@@ -482,7 +482,8 @@ def plot(result: dict, path) -> None:
 
 def compare(runs: list, paths: list) -> dict:
     """``probe sharpness A B ...``: every checkpoint at the same radius, start and samples; one table.
-    ``runs``: ``[(result, bundle)]`` of each checkpoint, measured with the same options."""
+    ``runs``: ``(result, bundle)`` of each checkpoint in turn (an iterator: measured as the table is built),
+    all with the same options."""
     results, index, dataset = [], None, None
     for path, (r, b) in zip(paths, runs):
         if dataset not in (None, r["dataset"]):
