@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..probes.stability import generalization_gap, loss_acc, sample_losses  # noqa: F401  (re-exported)
+from ..probes.common import generalization_gap, loss_acc, sample_losses  # noqa: F401  (re-exported)
 
 
 # ---- neighbouring data sets --------------------------------------------------------------------------------
