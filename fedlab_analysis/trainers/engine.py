@@ -678,3 +678,8 @@ class Run:
     # ---- state for checkpoints ---------------------------------------------------------------------
     def spec(self) -> dict:
         return model_spec(self.model)
+
+    @property
+    def state_tables(self) -> tuple:
+        """The names of the per-client [m, P] state tables the algorithm's parts declare."""
+        return tuple(self.algo.tables)

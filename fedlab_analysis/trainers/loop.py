@@ -17,8 +17,8 @@ from .engine import Run, with_dataset
 
 
 def tables(run: Run) -> set:
-    """The names of the run's per-client [m, P] state tables (the algorithm's declaration)."""
-    return set(run.algo.tables)
+    """The names of the run's per-client [m, P] state tables (the algorithm's declaration); a Run or its view."""
+    return set(run.state_tables)
 
 
 def to_checkpoint(run: Run, row: dict | None, lean: bool = False) -> dict:

@@ -35,6 +35,8 @@ RUN_FIELDS = {
     "last_local": "every client's last local model [m, P], or None where the run keeps none",
     "last_round": "the last round each client trained [m] (-1: never)",
     "state": "every part's state by name (read-only mapping; a checkpoint's algo_state)",
+    "state_tables": "the names in state that are per-client [m, P] tables",
+    "spec": "spec() -> the model's description (a checkpoint's 'model' entry)",
     "device": "the run's device", "dtype": "the run's float dtype",
     "ds": "the Dataset", "part": "the Partition", "n_grads": "forward/backward passes so far",
     "grads": "grads(step, x, k) -> the active clients' minibatch gradients [n, P] at points x [n, P] on step k's "
