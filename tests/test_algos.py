@@ -65,7 +65,16 @@ def test_the_example_leaves_the_table_as_it_was(fedavg_m2):
 
 
 def test_the_table_is_back_to_the_shipped_algorithms():
-    assert "fedavg_m2" not in algos.NAMES and set(algos.NAMES) == set(ALGORITHMS)
+    assert "fedavg_m2" not in algos.NAMES and "fedavg_m2" not in ALGORITHMS     # the trainer's view of the table
+
+
+def test_parts_imposing_two_K_are_refused():
+    from fedlab_analysis.trainers import Algorithm
+    from fedlab_analysis.trainers.parts import ALS
+    cfg = RunConfig(algo="fedals", active_ratio=1)
+    assert Algorithm(cfg, Plain(), [ALS(3, 2, 1), ALS(3, 5, 1)]).K == 3
+    with pytest.raises(ValueError, match="different K"):
+        Algorithm(cfg, Plain(), [ALS(2, 2, 1), ALS(3, 2, 1)])
 
 
 def test_register_refuses_a_duplicate_and_a_default_it_does_not_read():
