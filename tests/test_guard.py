@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fedlab_analysis import compare, demo, probe, report, sweep, train as train_cli
 from fedlab_analysis.config import RunConfig, fields
+from fedlab_analysis.probes import PROBES
 from fedlab_analysis.rules import type_of
 from fedlab_analysis.errors import UserError
 from fedlab_analysis.theory import __main__ as theory_cli
@@ -248,7 +249,7 @@ def test_sweep_probe_lines_are_checked_before_training(tmp_path, monkeypatch, li
 
 def test_sweep_check_passes_good_lines_and_refuses_flags_that_cannot_act():
     p = sweep._probe_parser()
-    for name in probe.MODULES:                         # every probe's defaults reach the checkpoint: accepted
+    for name in PROBES:                         # every probe's defaults reach the checkpoint: accepted
         sweep.check_probe(p.parse_args([name, "CKPT"]))
     sweep.check_probe(p.parse_args(["trace", "CKPT", "--deflate", "2", "--tol", "0.5"]))
     for line in ["margin --rho 0.1", "consensus --seed 1", "hessian --per-layer --layer fc", "landscape --extend 2",
