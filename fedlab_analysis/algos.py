@@ -1,6 +1,10 @@
-"""The algorithm table: per algorithm, its parts, the hyper-parameters it reads with their defaults and ranges, and
-its paper. The validation layer (config.py), the command line, sweeps and the trainers read it; it imports nothing
-of the engine (and no torch), so the configuration never imports the engine.
+"""The algorithm table: per algorithm, the builder of its parts, the hyper-parameters it reads with their defaults
+and ranges, and its paper: the one place an algorithm is defined. The validation layer (config.py), the command
+line, sweeps and the trainers read it; it imports nothing of the engine (and no torch), so the configuration never
+imports the engine.
+
+A row's ``parts`` is ``(cfg, P) -> (perturbation rule, [parts])``: ``P`` is trainers/parts.py, handed in by the
+trainer (trainers/algorithms.py ``build``, which runs the parts' hooks in order and appends RelaxedInit with --ri).
 
 A row's ``hyper`` maps each hyper-parameter the algorithm reads to its rule there: ``{}`` keeps the range declared
 with the RunConfig field; ``lo``/``hi``/``integer`` narrow it (FedCM's alpha in (0, 1], FedALS' alpha a whole
@@ -10,19 +14,19 @@ to an algorithm that does not read it is refused (``config.refuse_unused``); tes
 each one changes the run exactly where declared.
 
 ``NAMES``, ``USES``, ``HYPER`` and ``ANCHORED`` are views of ``TABLE``, computed when read, so a row added at run
-time (``register``) is an algorithm everywhere at once. Adding an algorithm from existing parts: one row here and
-its line of parts in trainers/algorithms.py (``SPECS``); tests/test_algos.py registers one at run time and trains
-it as the worked example.
+time (``register``) is an algorithm everywhere at once, the trainer included. Adding an algorithm from existing
+parts is one row; tests/test_algos.py registers one at run time and trains it as the worked example.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Algo:
     """One row of the table."""
-    parts: tuple        # the perturbation rule, then the parts, as trainers/algorithms.py builds them
+    parts: Callable     # (cfg, P) -> (perturbation rule, [parts]); P: trainers/parts.py (module docstring)
     hyper: dict         # hyper-parameter -> its rule for this algorithm (module docstring)
     paper: str
     defaults: dict = field(default_factory=dict)      # this algorithm's own defaults, over DEFAULTS
@@ -43,31 +47,47 @@ RI = {"beta": {}, "ri_agg": {}}                              # relaxed initialis
 ADAM = {"beta1": {}, "beta2": {}, "eps": {}}
 LESAM_S = {"lesam_s_scale": {}, "lamb": {"when": ("lesam_s_scale", "code")}}
 
-TABLE = {   # name: Algo(parts (the perturbation rule first), hyper-parameters read, paper, its own defaults)
-    "fedavg":     Algo(("Plain",), {**SERVER}, "McMahan et al. 2017"),
-    "fedavgm":    Algo(("Plain", "ServerMomentum"), {**SERVER, "server_momentum": {}}, "Hsu et al. 2019"),
-    "fedadam":    Algo(("Plain", "ServerAdam"), {**SERVER, **ADAM}, "Reddi et al. 2021", {"server_lr": 0.1}),
-    "fedprox":    Algo(("Plain", "Prox"), {**SERVER, "mu": {}}, "Li et al. 2020"),
-    "scaffold":   Algo(("Plain", "Scaffold"), {**SERVER, **KRULE}, "Karimireddy et al. 2020 (option II)"),
-    "feddyn":     Algo(("Plain", "Dyn"), {**DYN}, "Acar et al. 2021"),
-    "fedcm":      Algo(("Plain", "Momentum"), {**SERVER, **CM}, "Xu et al. 2021, Alg. 2"),
-    "fedsam":     Algo(("SAM",), {**SERVER, **SAM}, "Qu et al. 2022",
+def _sam(c, P): return P.SAM(c.hp("rho"))
+def _lesam(c, P): return P.LESAM(c.hp("rho"), c.lesam_source, c.lesam_first)
+def _cm(c, P): return P.Momentum(c.hp("alpha"), c.fedcm_wd == "inside")
+def _dyn(c, P): return P.Dyn(c.hp("lamb"))
+def _als(c, P, scaffold): return P.ALS(c.hp("tau"), c.hp("alpha"), c.active_ratio, scaffold)
+
+
+TABLE = {   # name: Algo(parts: (cfg, P) -> (perturbation rule, [parts]), hyper-parameters read, paper, own defaults)
+    "fedavg":     Algo(lambda c, P: (P.Plain(), []), {**SERVER}, "McMahan et al. 2017"),
+    "fedavgm":    Algo(lambda c, P: (P.Plain(), [P.ServerMomentum(c.hp("server_momentum"))]),
+                       {**SERVER, "server_momentum": {}}, "Hsu et al. 2019"),
+    "fedadam":    Algo(lambda c, P: (P.Plain(), [P.ServerAdam()]), {**SERVER, **ADAM}, "Reddi et al. 2021",
+                       {"server_lr": 0.1}),
+    "fedprox":    Algo(lambda c, P: (P.Plain(), [P.Prox(c.hp("mu"))]), {**SERVER, "mu": {}}, "Li et al. 2020"),
+    "scaffold":   Algo(lambda c, P: (P.Plain(), [P.Scaffold()]), {**SERVER, **KRULE},
+                       "Karimireddy et al. 2020 (option II)"),
+    "feddyn":     Algo(lambda c, P: (P.Plain(), [_dyn(c, P)]), {**DYN}, "Acar et al. 2021"),
+    "fedcm":      Algo(lambda c, P: (P.Plain(), [_cm(c, P)]), {**SERVER, **CM}, "Xu et al. 2021, Alg. 2"),
+    "fedsam":     Algo(lambda c, P: (_sam(c, P), []), {**SERVER, **SAM}, "Qu et al. 2022",
                        {"rho": 0.01}),                        # FedSMOO Table 5 and FedLESAM Sec. 6.1 (README table)
-    "mofedsam":   Algo(("SAM", "Momentum"), {**SERVER, **SAM, **CM}, "Qu et al. 2022"),
-    "fedgamma":   Algo(("SAM", "Scaffold"), {**SERVER, **SAM, **KRULE}, "Dai et al. 2023"),
-    "fedspeed":   Algo(("SAM", "Dyn"), {**SAM, **DYN}, "Sun et al. 2023 (as the simulator)"),
-    "fedsmoo":    Algo(("SMOO", "Dyn"), {**SAM, **DYN, "smoo_server": {}}, "Sun et al. 2023, Alg. 1"),
-    "fedlesam":   Algo(("LESAM",), {**SERVER, **LESAM}, "Fan et al. 2024, Alg. 1", {"rho": 0.01}),
-    "fedlesam-s": Algo(("LESAM", "Scaffold"), {**SERVER, **LESAM, **KRULE, **LESAM_S}, "Fan et al. 2024, Alg. 3"),
-    "fedlesam-d": Algo(("LESAM", "Dyn"), {**LESAM, **DYN}, "Fan et al. 2024, Alg. 4"),
-    "fedals":     Algo(("Plain", "ALS"), {**ALS}, "Gholami & Seferoglu, Alg. 1", {"alpha": 10}),
-    "fedals-scaffold": Algo(("Plain", "ALS"), {**ALS}, "Gholami & Seferoglu, Alg. 4", {"alpha": 10}),
-    "fedinit":    Algo(("Plain", "RelaxedInit"), {**SERVER, **RI}, "Sun, Shen, Tao 2023, Alg. 1"),
+    "mofedsam":   Algo(lambda c, P: (_sam(c, P), [_cm(c, P)]), {**SERVER, **SAM, **CM}, "Qu et al. 2022"),
+    "fedgamma":   Algo(lambda c, P: (_sam(c, P), [P.Scaffold()]), {**SERVER, **SAM, **KRULE}, "Dai et al. 2023"),
+    "fedspeed":   Algo(lambda c, P: (_sam(c, P), [_dyn(c, P)]), {**SAM, **DYN}, "Sun et al. 2023 (as the simulator)"),
+    "fedsmoo":    Algo(lambda c, P: (P.SMOO(c.hp("rho")), [_dyn(c, P)]), {**SAM, **DYN, "smoo_server": {}},
+                       "Sun et al. 2023, Alg. 1"),
+    "fedlesam":   Algo(lambda c, P: (_lesam(c, P), []), {**SERVER, **LESAM}, "Fan et al. 2024, Alg. 1",
+                       {"rho": 0.01}),
+    "fedlesam-s": Algo(lambda c, P: (_lesam(c, P), [P.Scaffold(c.hp("lamb") if c.lesam_s_scale == "code" else 1.0)]),
+                       {**SERVER, **LESAM, **KRULE, **LESAM_S}, "Fan et al. 2024, Alg. 3"),
+    "fedlesam-d": Algo(lambda c, P: (_lesam(c, P), [_dyn(c, P)]), {**LESAM, **DYN}, "Fan et al. 2024, Alg. 4"),
+    "fedals":     Algo(lambda c, P: (P.Plain(), [_als(c, P, False)]), {**ALS}, "Gholami & Seferoglu, Alg. 1",
+                       {"alpha": 10}),
+    "fedals-scaffold": Algo(lambda c, P: (P.Plain(), [_als(c, P, True)]), {**ALS}, "Gholami & Seferoglu, Alg. 4",
+                            {"alpha": 10}),
+    "fedinit":    Algo(lambda c, P: (P.Plain(), [P.RelaxedInit(c.hp("beta"), c.ri_agg)]), {**SERVER, **RI},
+                       "Sun, Shen, Tao 2023, Alg. 1"),
 }
 
 
 def register(name: str, row: Algo) -> None:
-    """Add an algorithm to the table (its parts must also be in trainers/algorithms.py's ALGORITHMS to train)."""
+    """Add an algorithm to the table: a row is all it needs, validation, defaults, --help, sweeps and training."""
     if name in TABLE:
         raise ValueError(f"algorithm {name!r} is already in the table")
     if not set(row.defaults) <= set(row.hyper):

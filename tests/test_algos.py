@@ -1,29 +1,32 @@
-"""The algorithm table (fedlab_analysis/algos.py): one row per algorithm (parts, hyper-parameters with defaults and
-ranges, paper), and the worked example of adding an algorithm from existing parts at run time."""
+"""The algorithm table (fedlab_analysis/algos.py): one row per algorithm (the builder of its parts, hyper-parameters
+with defaults and ranges, paper), and the worked example of adding an algorithm from existing parts at run time:
+one row, nothing else."""
 import pytest
 import torch
 
 from fedlab_analysis import algos, train as train_cli
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.sweep import resolved
-from fedlab_analysis.trainers import ALGORITHMS, Algorithm
-from fedlab_analysis.trainers.parts import Plain, ServerMomentum
+from fedlab_analysis.trainers import ALGORITHMS, build
+from fedlab_analysis.trainers.parts import Part, Plain
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--model-kwargs", '{"widths": [8]}', "--clients", "4",
         "--active-ratio", "1", "--local-steps", "2", "--rounds", "2", "--dtype", "float64", "--quiet"]
 
 
+def fedavg_m2_row(momentum_default=0.5) -> algos.Algo:
+    """The worked example: FedAvgM with its own default momentum 0.5 and a narrower range [0, 0.6], built from
+    existing parts. This row is all the validation, the defaults, --help, sweeps and training need."""
+    return algos.Algo(lambda c, P: (P.Plain(), [P.ServerMomentum(c.hp("server_momentum"))]),
+                      {**algos.SERVER, "server_momentum": {"hi": 0.6, "hi_open": False}},
+                      "Hsu et al. 2019, heavy ball at 0.5", {"server_momentum": momentum_default})
+
+
 @pytest.fixture
 def fedavg_m2():
-    """The worked example: FedAvgM with its own default momentum 0.5 and a narrower range [0, 0.6]. The row below
-    is all the validation, the defaults, --help and sweeps need; training also needs the parts, which today are a
-    second line, in trainers/algorithms.py (``SPECS``/``ALGORITHMS``)."""
-    algos.register("fedavg_m2", algos.Algo(("Plain", "ServerMomentum"),
-                                           {**algos.SERVER, "server_momentum": {"hi": 0.6, "hi_open": False}},
-                                           "Hsu et al. 2019, heavy ball at 0.5", {"server_momentum": 0.5}))
-    ALGORITHMS["fedavg_m2"] = lambda cfg: Algorithm(cfg, Plain(), [ServerMomentum(cfg.hp("server_momentum"))])
+    algos.register("fedavg_m2", fedavg_m2_row())
     yield "fedavg_m2"
-    del algos.TABLE["fedavg_m2"], ALGORITHMS["fedavg_m2"]
+    del algos.TABLE["fedavg_m2"]
 
 
 def weights(out) -> dict:
@@ -62,23 +65,44 @@ def test_the_example_leaves_the_table_as_it_was(fedavg_m2):
 
 
 def test_the_table_is_back_to_the_shipped_algorithms():
-    assert "fedavg_m2" not in algos.NAMES and set(algos.NAMES) == set(ALGORITHMS)
+    assert "fedavg_m2" not in algos.NAMES and "fedavg_m2" not in ALGORITHMS     # the trainer's view of the table
+
+
+def test_parts_imposing_two_K_are_refused():
+    from fedlab_analysis.trainers import Algorithm
+    from fedlab_analysis.trainers.parts import ALS
+    cfg = RunConfig(algo="fedals", active_ratio=1)
+    assert Algorithm(cfg, Plain(), [ALS(3, 2, 1), ALS(3, 5, 1)]).K == 3
+    with pytest.raises(ValueError, match="different K"):
+        Algorithm(cfg, Plain(), [ALS(2, 2, 1), ALS(3, 2, 1)])
 
 
 def test_register_refuses_a_duplicate_and_a_default_it_does_not_read():
     with pytest.raises(ValueError, match="already"):
         algos.register("fedavg", algos.TABLE["fedavg"])
     with pytest.raises(ValueError, match="does not read"):
-        algos.register("x", algos.Algo(("Plain",), {**algos.SERVER}, "-", {"rho": 0.1}))
+        algos.register("x", algos.Algo(lambda c, P: (P.Plain(), []), {**algos.SERVER}, "-", {"rho": 0.1}))
     assert "x" not in algos.TABLE
 
 
 @pytest.mark.parametrize("name", list(algos.TABLE))
-def test_each_row_names_the_parts_the_trainer_builds(name):
-    """The parts column states exactly what trainers/algorithms.py builds for the algorithm."""
+def test_each_row_builds_a_perturbation_rule_then_parts(name):
+    """A row's builder returns (perturbation rule, [parts]) from the config: the rule a Plain (the gradient of a
+    step), the rest parts that are not rules; ``build`` runs it with trainers/parts.py."""
+    from fedlab_analysis.trainers import parts as P
     cfg = RunConfig(algo=name, active_ratio=1 if name.startswith("fedals") else 0.5)
-    built = [type(p).__name__ for p in ALGORITHMS[name](cfg).parts]
-    assert built == list(algos.TABLE[name].parts)
+    perturb, rest = algos.TABLE[name].parts(cfg, P)
+    assert isinstance(perturb, Plain) and all(isinstance(p, Part) and not isinstance(p, Plain) for p in rest)
+    assert [type(p) for p in build(cfg).parts] == [type(perturb), *map(type, rest)]
+
+
+def test_build_refuses_a_row_that_does_not_return_a_rule_then_parts():
+    algos.register("bad", algos.Algo(lambda c, P: (P.ServerMomentum(0.5), [P.Plain()]), {**algos.SERVER}, "-"))
+    try:
+        with pytest.raises(TypeError, match="perturbation rule"):
+            build(RunConfig(algo="bad"))
+    finally:
+        del algos.TABLE["bad"]
 
 
 @pytest.mark.parametrize("name", list(algos.TABLE))

@@ -43,7 +43,7 @@ from ..errors import UserError
 from ..models import build_model, model_spec
 from ..params import ParamSpace
 from . import sampling
-from .algorithms import ALGORITHMS
+from .algorithms import build
 from .rng import generator
 from .state import allocate
 from .views import PartView, RunView, StepView
@@ -140,7 +140,7 @@ class Run:
         """``init``: start weights as a state dict (name -> tensor) or a path (see ``--init``); None takes
         ``cfg.init``; False starts from the seeded initialisation even if ``cfg.init`` is set (a resume)."""
         self.cfg = cfg = with_dataset(cfg, dataset).validate()
-        self.algo = algo or ALGORITHMS[cfg.algo](cfg)
+        self.algo = algo or build(cfg)
         self.dtype, self.device = DTYPES[cfg.dtype], resolve(cfg.device)
         # ---- data, resident on the device -------------------------------------------------------
         self.ds = dataset or load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)

@@ -1,6 +1,7 @@
 """The parts algorithms are made of. Each part owns a piece of state and hooks into the round
-(engine.py's docstring shows where); an algorithm is a perturbation rule plus a list of parts
-(algorithms.py). Vectors are flat: client tables are [m, P], per-round quantities [n_active, P].
+(engine.py's docstring shows where); an algorithm is a perturbation rule plus a list of parts (its row in
+fedlab_analysis/algos.py builds them; trainers/algorithms.py runs their hooks). Vectors are flat: client tables
+are [m, P], per-round quantities [n_active, P].
 
 Notation (papers'): w global model, x local models, S active clients, K_i local steps, eta lr,
 Delta_i = x_i - ref_i the client update (ref = w, or RI's start point with --ri-agg delta_from_init).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import UserError
 from .state import Slot
 
 
@@ -36,6 +38,7 @@ class Part:
     consts: tuple = ()        # its round constants: attributes set in round_start, None outside a round
     chunkable = True          # its server step reads the clients only through RoundCtx.add's sums (Run.chunks)
     state = None              # its PartState, once the engine allocated it
+    K = None                  # a fixed K_i for every client that the part imposes (FedALS' tau), else from the config
 
     @property
     def tables(self) -> tuple:
@@ -87,6 +90,10 @@ class Part:
 
     def server_end(self, run, ctx, x, w_new):
         """After aggregation (w_new is w^{t+1}): update the server's vectors in ``state``. Returns None."""
+
+    traffic = None
+    """None, or traffic(run, ctx) -> {floats_down, floats_up, floats_stored_per_client} where the part decides the
+    round's communication (FedALS Table 2's count; none: the model both ways plus every part's ``comm``)."""
 
 
 def K_divisor(run, ctx) -> torch.Tensor:
@@ -366,3 +373,74 @@ class ServerAdam(Part):
         st.m = c.beta1 * st.m + (1 - c.beta1) * d
         st.v = c.beta2 * st.v + (1 - c.beta2) * d * d
         return ctx.w + c.hp("server_lr") * st.m / (st.v.sqrt() + c.eps)
+
+
+# ---- layer-wise synchronisation ---------------------------------------------------------------------
+class ALS(Part):
+    """FedALS (Gholami & Seferoglu, Alg. 1 as its text intends): after global
+    local step s = t tau + k + 1, average the head h when s % tau == 0 and the representation phi when
+    s % (alpha tau) == 0; un-synchronised groups stay client-local, so every client keeps its own model.
+    With ``scaffold`` (Alg. 4): d = g - c_k + mean_j c_j and, at each group's sync,
+    c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group. A round is tau local steps
+    (``K``) of every client: ``active_ratio`` must be 1."""
+
+    name = "als"
+    needs_last_local = True                       # every client's own model persists in run.last_local
+    chunkable = False                             # its synchronisations average over all clients at local steps
+
+    def __init__(self, tau: int, alpha: int, active_ratio: float, scaffold: bool = False):
+        if active_ratio != 1:
+            raise UserError(f"--active-ratio: FedALS runs with full participation; pass --active-ratio 1 "
+                            f"(got {active_ratio})")
+        self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
+        self.K = self.tau
+        # read whole at every step: on the run's device, not --state-device
+        self.slots = (Slot("c_k", "table", on="run"), Slot("x_sync", "table", init="w", on="run")) if scaffold else ()
+
+    def init(self, run):
+        n = run.space.n_blocks
+        if n < 2:
+            raise UserError(f"--model: FedALS splits the model into a representation phi and a head h, so it needs "
+                            f"at least 2 layers; {run.cfg.model} has {n}")
+        L = run.cfg.phi_layers if run.cfg.phi_layers is not None else n - 1
+        if run.cfg.phi_layers is not None and not 1 <= L <= n - 1:   # phi and h each need a layer
+            raise UserError(f"--phi-layers: must be in 1..{n - 1}, as {run.cfg.model} has {n} layers (got {L})")
+        run.space = run.space.with_phi_layers(L)
+        phi = run.space.mask("group:phi")                 # as index tensors: a boolean mask would sync every step
+        self.phi, self.h = phi.nonzero().flatten().to(run.device), (~phi).nonzero().flatten().to(run.device)
+
+    def start(self, run, ctx, x):
+        return run.rows(run.last_local, ctx.S)
+
+    def direction(self, run, ctx, x, d, decay):
+        if self.scaffold:
+            c = self.state.c_k
+            d = d + (c.mean(0) - c[ctx.S_dev])
+        return d, decay
+
+    def _sync(self, run, ctx, x, mask, period):
+        if self.scaffold:
+            c, last = self.state.c_k, self.state.x_sync
+            c[:, mask] = c[:, mask] - c[:, mask].mean(0) + (last[:, mask] - x[:, mask]) / (ctx.lr * period)
+        x[:, mask] = x[:, mask].mean(0)
+        if self.scaffold:
+            last[:, mask] = x[:, mask]
+
+    def after_step(self, run, ctx, x):
+        s = ctx.t * self.tau + ctx.k + 1
+        if s % self.tau == 0:
+            self._sync(run, ctx, x, self.h, self.tau)
+            if run.bspace.P:
+                ctx.buf[:] = ctx.buf.mean(0)
+        if s % (self.alpha * self.tau) == 0:
+            self._sync(run, ctx, x, self.phi, self.alpha * self.tau)
+
+    def aggregate(self, run, ctx, x):
+        return x.mean(0)
+
+    def traffic(self, run, ctx) -> dict:
+        """Per round (tau local steps): h goes both ways every round, phi every alpha rounds (Table 2's count)."""
+        phi = int(run.space.mask("group:phi").sum())
+        sent = run.space.P - phi + (phi if (ctx.t + 1) % self.alpha == 0 else 0)
+        stored = run.space.P * (2 if self.scaffold else 0)
+        return {"floats_down": sent * ctx.n, "floats_up": sent * ctx.n, "floats_stored_per_client": stored}
