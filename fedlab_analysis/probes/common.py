@@ -39,6 +39,7 @@ from ..data import load_dataset
 from ..errors import UserError
 from ..models import build_model
 from ..params import ParamSpace
+from ..params import functional as params_functional
 
 
 @dataclass
@@ -120,18 +121,14 @@ def functional(model: nn.Module, space: ParamSpace, bn_mode: str = "eval", bn_ba
         if train and isinstance(mod, nn.modules.batchnorm._BatchNorm):
             mod.track_running_stats = False     # batch statistics, and nothing is written back
     m.train(train)
-    bufs = {n: b.detach() for n, b in m.named_buffers()}
     group = int(bn_batch) if train and bn_batch else None
 
     layout = [int(n) for n in layout] if train and layout else None
 
-    def f(th: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        named = {**space.unflatten(th), **bufs}
-        if not train:
-            return torch.func.functional_call(m, named, (x,))
+    def split(x: torch.Tensor):
         parts = x.split(layout) if layout and len(x) == sum(layout) and len(layout) > 1 else (x,)
-        return torch.cat([torch.func.functional_call(m, named, (xg,))
-                          for xp in parts for xg in (xp.split(group) if group else (xp,))])
+        return [xg for xp in parts for xg in (xp.split(group) if group else (xp,))]
+    f = params_functional(m, space, {n: b.detach() for n, b in m.named_buffers()}, split=split if train else None)
     f.group = group or 1
     f.layout = layout
     f.bn_mode = bn_mode if has_batchnorm(m) else None

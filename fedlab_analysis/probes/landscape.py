@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from ..params import Layer, ParamSpace
+from ..params import Layer, ParamSpace, functional
 from .options import Common, opt
 
 
@@ -178,15 +178,10 @@ def with_states(model, space: ParamSpace, theta: Tensor):
     parameter-only triple; buffers are 1-D, so random directions leave them alone unless
     ``ignore_1d=False``, but :func:`line` interpolates them (the reference README's advice)."""
     bspace = ParamSpace.buffers_of(model)
-    others = {n: b for n, b in model.named_buffers() if not b.is_floating_point()}
     layers = space.layers + [Layer(l.name, l.shape, l.offset + space.P, l.numel, l.block, "buffers")
                              for l in bspace.layers]
     z = torch.cat([theta, bspace.flatten(dict(model.named_buffers())).to(theta.device, theta.dtype)])
-
-    def f(z: Tensor, x: Tensor) -> Tensor:
-        named = {**space.unflatten(z[..., :space.P]), **bspace.unflatten(z[..., space.P:]), **others}
-        return torch.func.functional_call(model, named, (x,))
-    return ParamSpace(layers), f, z
+    return ParamSpace(layers), functional(model, space, bspace=bspace, states=True), z
 
 
 # ---------------------------------------------------------------------------------------------------------

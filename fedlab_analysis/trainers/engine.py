@@ -41,7 +41,7 @@ from ..data.augment import aug_apply
 from ..device import resolve
 from ..errors import UserError
 from ..models import build_model, model_spec
-from ..params import ParamSpace
+from ..params import ParamSpace, functional
 from . import sampling
 from .algorithms import build
 from .rng import generator
@@ -169,6 +169,9 @@ class Run:
         self.buf = self.bspace.flatten(dict(self.model.named_buffers())).detach().clone() \
             if self.bspace.P else torch.zeros(0, dtype=self.dtype, **dev)
         self._int_bufs = {n: b for n, b in self.model.named_buffers() if not b.is_floating_point()}
+        # f(named params, x, flat buffers): built once; the engine always passes the parameters as named tensors
+        # (unflattened with run.space, which FedALS and a resume may replace by an equal layout)
+        self._f = functional(self.model, self.space, bspace=self.bspace)
         if init is not None and init is not False and cfg.init:
             raise UserError(f"--init: given twice ({cfg.init!r} and init=); pass one of them")
         init = cfg.init if init is None else init
@@ -389,9 +392,7 @@ class Run:
         return self._call(self.space.unflatten(theta), x, buf)
 
     def _call(self, tensors: dict, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
-        if self.bspace.P:
-            tensors = {**tensors, **self.bspace.unflatten(self.buf if buf is None else buf), **self._int_bufs}
-        return torch.func.functional_call(self.model, tensors, (x,))
+        return self._f(tensors, x, (self.buf if buf is None else buf) if self.bspace.P else None)
 
     def batch(self, ctx: RoundCtx, j: int, k: int):
         """Client S[j]'s minibatch at step k (its real samples, augmented with the round's draws)."""
