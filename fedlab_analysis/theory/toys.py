@@ -44,17 +44,19 @@ class _Stacked:
         self.A, self.blocks = A, {}
 
     def __call__(self, v: torch.Tensor) -> torch.Tensor:
-        batch = torch.broadcast_shapes(self.A.shape[:-2], v.shape[:-1])
-        if v.dim() < 2 or len(batch) < 1:
-            return _mv(self.A, v)                        # matmul folds these shapes into one mm: keep its path
-        key = (batch, torch.is_inference_mode_enabled())  # an inference-mode block cannot enter autograd
-        block = self.blocks.get(key)
-        if block is None:
+        key = (v.shape, torch.is_inference_mode_enabled())   # an inference-mode block cannot enter autograd
+        hit = self.blocks.get(key)
+        if hit is None:
+            batch = torch.broadcast_shapes(self.A.shape[:-2], v.shape[:-1])   # slow: once per shape
+            if v.dim() < 2 or len(batch) < 1:
+                return _mv(self.A, v)                    # matmul folds these shapes into one mm: keep its path
             if len(self.blocks) > 8:                     # a few shapes per problem; never grow without bound
                 self.blocks.clear()
-            block = self.blocks[key] = self.A.expand(*batch, *self.A.shape[-2:]).reshape(-1, *self.A.shape[-2:])
-        out = torch.bmm(block, v.expand(*batch, v.shape[-1]).reshape(-1, v.shape[-1], 1))
-        return out.reshape(*batch, -1)
+            block = self.A.expand(*batch, *self.A.shape[-2:]).reshape(-1, *self.A.shape[-2:])
+            hit = self.blocks[key] = (batch, block, tuple(batch) != tuple(v.shape[:-1]))
+        batch, block, expand = hit
+        v = v.expand(*batch, v.shape[-1]) if expand else v
+        return torch.bmm(block, v.reshape(-1, v.shape[-1], 1)).reshape(*batch, -1)
 
 
 def no_autograd(fn):
