@@ -18,7 +18,7 @@ import torch
 
 from . import rules
 from .claims import FINDING, HOLDS, INCONCLUSIVE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, loglog_slope, slack
-from .toys import DT, LeastSquares, _mv, make_task, save_figure
+from .toys import DT, LeastSquares, _mv, make_task, no_autograd, save_figure
 
 PAPER = "fedals"
 
@@ -206,6 +206,7 @@ def check_thm_b1(K=5, n=50, d=5, het=1.0, taus=(5, 50), b=4, eta=0.05, R=400, se
                    "L": o.L, "mu": o.mu, "local_sign": local_sign})
 
 
+@no_autograd
 def fedavg_rounds(task, K, tau, T, b, eta, lam, R, seed, reuse=False, agg_scale=1.0):
     """FedAvg for T = tau x rounds single-pass steps (fresh minibatches, no reuse), R trials. Returns the
     round-averaged per-round gap [8] of the post-aggregation model on that round's data Z_{k,r} [R], and the
@@ -276,6 +277,7 @@ def check_thm43_tau(K=5, d=10, T=200, b=4, eta=0.05, lam=0.0, taus=(1, 2, 5, 10,
                    HOLDS if z_ex > 3 else VIOLATED if z_ex < -3 else INCONCLUSIVE, z_ex, det)]
 
 
+@no_autograd
 def rounds_57(task, K, tau, T, b, eta, lam, R, seed, local_sign=1.0) -> dict:
     """R-round FedAvg (T = tau x rounds local SGD steps on fresh minibatches, ridge loss l = 1/2 (x^T theta -
     y)^2 + lam/2 ||theta||^2) with, per round r, the terms of Eq. (57): the round's data Z_{k,r} (its tau

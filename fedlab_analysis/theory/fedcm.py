@@ -20,7 +20,8 @@ from .claims import (HOLDS, INCONCLUSIVE, NOT_CHECKED, SANITY, VIOLATED, Claim, 
                      loglog_slope, slack, slope)
 from . import rules
 from .engine_toys import make_run, trajectory
-from .toys import DT, HeteroQuadratics, _mv, make_logistic, make_quadratics, participation_mask, save_figure
+from .toys import (DT, HeteroQuadratics, _mv, make_logistic, make_quadratics, no_autograd, participation_mask,
+                   save_figure)
 
 PAPER = "fedcm"
 
@@ -30,6 +31,7 @@ def _col(v, B: int) -> torch.Tensor:
     return torch.as_tensor(v, dtype=DT).reshape(-1, 1).expand(B, 1)
 
 
+@no_autograd
 def simulate(prob, *, alpha=0.1, K: int = 10, eta_l=0.01, eta_g=1.0, T: int = 100, S=None, sigma: float = 0.0,
              B: int = 1, seed: int = 0, x0: torch.Tensor | None = None, p: float | None = None,
              decay: float = 1.0, algo: str = "fedcm", shared_selection: bool = False, pair: int | None = None,

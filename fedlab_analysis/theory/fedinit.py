@@ -25,6 +25,7 @@ from .toys import (
     HeteroQuadratics,
     LeastSquares,
     _mv,
+    no_autograd,
     make_quadratics,
     make_task,
     participation_mask,
@@ -36,6 +37,7 @@ BETA_KAPPA = 1 / math.sqrt(141)      # kappa_beta = 1/(1 - 141 beta^2) > 0 (Thms
 BETA_GAMMA = 1 / math.sqrt(39)       # gamma_beta = 1/(1 - 39 beta^2) > 0 (Thms 6, 9, 19)
 
 
+@no_autograd
 def simulate(prob, *, beta, K: int = 10, eta=0.1, T: int = 100, N: int | None = None, batch: tuple = (1,),
              rshape: tuple | None = None, sigma: float = 0.0, mb: int | None = None, agg="final_avg",
              decay=None, w0: torch.Tensor | None = None, seed: int = 0) -> dict:

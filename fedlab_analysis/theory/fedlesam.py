@@ -25,12 +25,13 @@ from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound
 from .fedsmoo import active_masks, cos, flatness_runs, flatness_text, judge, per_run, unit
 from . import rules
 from .engine_toys import make_run
-from .toys import DT, make_quadratics, save_figure
+from .toys import DT, make_quadratics, no_autograd, save_figure
 from .toys_nonconvex import make_sharp_flat
 
 PAPER = "fedlesam"
 
 
+@no_autograd
 def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l=0.05, eta_g=1.0, rho=0.05,
              n_active: int | None = None, sigma: float = 0.0, w_old: str = "paper", first: str = "zero",
              w0: torch.Tensor | None = None, seed: int = 0, probe: bool = False, track: bool = False,

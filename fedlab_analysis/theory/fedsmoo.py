@@ -26,7 +26,7 @@ from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIO
 from . import rules
 from .engine_toys import make_run
 from .rules import unit
-from .toys import DT, HeteroQuadratics, _mv, participation_mask, save_figure, spectrum_matrix
+from .toys import DT, HeteroQuadratics, _mv, no_autograd, participation_mask, save_figure, spectrum_matrix
 from .toys_nonconvex import make_mlp_problem, make_sharp_flat
 
 PAPER = "fedsmoo"
@@ -80,6 +80,7 @@ def per_run(v, batch: tuple) -> torch.Tensor:
     return v if v.dim() == 0 else v.reshape(*batch, 1)
 
 
+@no_autograd
 def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: float = 0.05, beta=10.0,
              r=0.05, n_active: int | None = None, local: str = "sgd", s_rule: str = "paper",
              w0: torch.Tensor | None = None, seed: int = 0, probe_cos: bool = False, fault: str | None = None) -> dict:
@@ -157,6 +158,7 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
     return out
 
 
+@no_autograd
 def feddyn_code(prob, *, T: int, K: int, eta: float, lamb: float, n_active: int | None = None, seed: int = 0,
                 w0: torch.Tensor | None = None) -> torch.Tensor:
     """FedDyn as FL-Simulator writes it (the authors' FL-Simulator code): local direction

@@ -114,6 +114,8 @@ class BiasFreeMLP(ClientProblem):
     The forward pass runs on the ParamSpace views of the flat vectors, so a client table
     W [..., n, P] is evaluated in one batched program (no loop over clients)."""
 
+    autograd = True                      # grad() differentiates the network: simulators keep autograd on
+
     def __init__(self, X, Y, X_test, Y_test, widths=(16, 16), n_classes: int | None = None, seed: int = 0):
         self.X, self.X_test = _t(X), _t(X_test)
         self.Y, self.Y_test = torch.as_tensor(Y).long(), torch.as_tensor(Y_test).long()
