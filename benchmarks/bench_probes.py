@@ -52,7 +52,7 @@ def hvp_threads(repeats: int) -> None:
 
 
 def stability_rounds(repeats: int) -> None:
-    from fedlab_analysis.probes.stability import make_hook
+    from fedlab_analysis.studies.stability import make_hook
     cfg = RunConfig(algo="fedavg", dataset="digits", model="mlp", clients=20, active_ratio=0.5, batch_size=10,
                     local_epochs=1, lr=0.1, rounds=repeats + 1, seed=0, quiet=True)
     base, alone = Run(cfg), Run(cfg)

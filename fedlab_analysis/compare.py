@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from .cli import guard, plot_file
-from .errors import ArgParser, UserError
+from .errors import UserError
+from .options import ArgParser
 from .report import read_metrics
 from .rundir import read_config
 from .sweep import HASH_FREE

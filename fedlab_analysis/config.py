@@ -1,38 +1,24 @@
-"""RunConfig: every knob of a run in one visible block, with the papers' names and defaults, and the one
-validation layer every entry point goes through.
+"""RunConfig: every knob of a run in one visible block, with the papers' names and defaults, and its cross-field
+checks.
 
 Defaults follow the authors' simulator (FL-Simulator, the code released with FedSMOO and FedInit) where the papers
-are silent; an algorithm's own hyper-parameter left at ``None`` takes that paper's default (``ALGO_DEFAULTS``).
+are silent; an algorithm's own hyper-parameter left at ``None`` takes that paper's default (``algos.TABLE``).
 ``--help`` prints every field with its range and default.
 
-Adding a field is one line: ``name: float = _f(0.1, "help", lo=0, lo_open=True)``. The annotation gives the type
-(int, float, str, bool, dict; ``| None`` allows null), the keywords its rule (``lo``/``hi``/``lo_open``/``hi_open``,
-``choices``, ``prefix`` (also any string starting with it), ``pattern``);
-``check_value`` applies both to flags, YAML (``load_yaml``), resumed config.json files,
-checkpoints' configs and sweep cells (``validate_dict``). Which algorithm reads which hyper-parameter, and any
-narrower range it needs, is declared in ``algos.py``.
+Adding a field is one line: ``name: float = _f(0.1, "help", lo=0, lo_open=True)`` (``_f`` is ``rules.field``): the
+annotation gives the type and the keywords its rule (rules.py). ``rules.check_value`` applies both to flags, YAML
+(``options.load_yaml``), resumed config.json files, checkpoints' configs and sweep cells (``validate_dict``). Which
+algorithm reads which hyper-parameter, any narrower range it needs and its default are declared in ``algos.py``;
+the flags are generated from the fields by ``options.add_arguments``.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import difflib
-import json
-import math
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
-from . import algos
+from . import algos, rules
 from .errors import UserError
-
-
-def _f(default, help, **rule):
-    """A field: default, help, and its rule: ``lo``/``hi`` (+ ``lo_open``/``hi_open``), ``choices`` (a tuple, or
-    a callable returning the names), ``integer`` (a float that must be whole), ``pattern`` (a regex for strings),
-    ``kind="json"``. The type comes from the annotation (int, float, str, bool, dict; ``| None`` allows null)."""
-    if default is dict:
-        return field(default_factory=dict, metadata={"help": help, **rule})
-    return field(default=default, metadata={"help": help, **rule})
+from .rules import field as _f, where as _where
 
 
 def _names(module, attr, extra=()):
@@ -46,7 +32,7 @@ def _names(module, attr, extra=()):
 @dataclass
 class RunConfig:
     # ---- what runs --------------------------------------------------------------------------------
-    algo: str = _f("fedavg", "algorithm (see --algo list below)", choices=algos.NAMES)
+    algo: str = _f("fedavg", "algorithm (see --algo list below)", choices=algos.TABLE)
     dataset: str = _f("digits", "digits | mnist1d | synthetic | gaussian (embedded) or cifar10 | cifar100 | "
                       "mnist | fmnist | svhn (from --data-dir); memory:NAME for Dataset.from_tensors data",
                       choices=_names("data", "DATASETS"), prefix="memory:")
@@ -187,156 +173,38 @@ class RunConfig:
         v = getattr(self, name)
         if v is not None:
             return v
-        return ALGO_DEFAULTS.get(self.algo, {}).get(name, DEFAULTS.get(name))
+        return algos.default(self.algo, name)
 
     def validate(self, source: str | dict | None = None) -> "RunConfig":
         """Every field's type and range, then the algorithm's parameters in the algorithm's own ranges: the one
         place the rules are applied (flags, YAML, resumed config.json and sweep cells all end here). ``source``
         names where the values came from in the message (default: the flags, ``--name``; a dict: per field)."""
-        for f in fields(self):
-            setattr(self, f.name, check_value(f.name, getattr(self, f.name), _where(source, f.name)))
+        rules.validate(self, source)
         uses = algos.uses(self.algo, self.ri)
         for name, rule in uses.items():             # the paper default too, in the algorithm's own range
-            check_value(name, self.hp(name), _where(source, name), rule, f" for {self.algo}" if rule else "")
+            rules.check_value(_FIELDS[name], self.hp(name), _where(source, name), rule,
+                              f" for {self.algo}" if rule else "")
         if self.ri_anchor == "start" and not (self.ri or self.algo == "fedinit"):
             raise UserError(f"{_where(source, 'ri_anchor')}: 'start' is the relaxed start point; it needs --ri "
                             f"(or --algo fedinit)")
         for name in ("init", "data_dir"):            # a path given empty is no path (it is not "not given")
             if getattr(self, name) is not None and not str(getattr(self, name)).strip():
                 raise UserError(f"{_where(source, name)}: an empty path; give a path or leave it out")
-        if self.ri_anchor == "start" and self.algo not in ANCHORED:
+        if self.ri_anchor == "start" and self.algo not in algos.ANCHORED:
             raise UserError(f"{_where(source, 'ri_anchor')}: 'start' moves the centre of a proximal or dual term, "
-                            f"which {self.algo} has none of; it acts with {', '.join(ANCHORED)}")
+                            f"which {self.algo} has none of; it acts with {', '.join(algos.ANCHORED)}")
         if self.precision != "fp32" and self.dtype != "float32":
             raise UserError(f"{_where(source, 'precision')}: {self.precision} needs dtype float32 (got {self.dtype})")
         return self
 
 
-# ---- the validation layer: one rule per field, applied to every entry point ------------------------------
 _FIELDS = {f.name: f for f in fields(RunConfig)}
-_WORDS = {"int": "a whole number", "float": "a finite number", "str": "a string", "bool": "true or false",
-          "dict": "a mapping"}
-
-
-def _where(source: str | dict | None, name: str) -> str:
-    """How a message names a field: ``--name`` (a flag), or ``SOURCE: name``; ``source`` may map names to
-    sources (values merged from a file and from flags)."""
-    source = source.get(name) if isinstance(source, dict) else source
-    return "--" + name.replace("_", "-") if source is None else f"{source}: {name}"
-
-
-def _type(name: str) -> tuple[str, bool]:
-    """(base type, nullable) from the field's annotation, e.g. 'float | None' -> ('float', True)."""
-    t = _FIELDS[name].type
-    parts = [p.strip() for p in (t if isinstance(t, str) else t.__name__).split("|")]
-    return parts[0], "None" in parts
-
-
-def describe(rule: dict) -> str:
-    """A rule as words: 'in (0, 1]', '>= 0', 'a whole number >= 1', 'one of a, b'."""
-    lo, hi = rule.get("lo"), rule.get("hi")
-    whole = "a whole number " if rule.get("integer") else ""
-    if lo is not None and hi is not None:
-        return f"{whole}in {'(' if rule.get('lo_open') else '['}{lo}, {hi}{')' if rule.get('hi_open') else ']'}"
-    if lo is not None:
-        return f"{whole}{'>' if rule.get('lo_open') else '>='} {lo}"
-    if hi is not None:
-        return f"{whole}{'<' if rule.get('hi_open') else '<='} {hi}"
-    if rule.get("choices"):
-        return "one of " + ", ".join(_choices(rule))
-    return whole.strip()
-
-
-INT_MAX = 2 ** 63 - 1      # every whole number ends up in a 64-bit integer (torch, numpy): larger ones are refused
-
-
-def _too_big(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT_MAX
-
-
-def _in_range(v, rule: dict) -> bool:
-    lo, hi = rule.get("lo"), rule.get("hi")
-    return not ((lo is not None and (v < lo or (rule.get("lo_open") and v == lo)))
-                or (hi is not None and (v > hi or (rule.get("hi_open") and v == hi)))
-                or (rule.get("integer") and v != int(v)))
-
-
-def arg_type(base: type, **rule):
-    """An argparse ``type=`` applying a rule in the words of the RunConfig fields, for flags outside RunConfig
-    (the probes' and theory's): ``p.add_argument("--samples", type=arg_type(int, lo=1))``; floats must be finite."""
-    def parse(s: str):
-        try:
-            v = base(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {_WORDS[base.__name__]} (got {s!r})") from None
-        if base is float and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"must be {_WORDS['float']} (got {s!r})")
-        if _too_big(v):
-            raise argparse.ArgumentTypeError(f"must be at most {INT_MAX} in size (got {s!r})")
-        if not _in_range(v, rule):
-            raise argparse.ArgumentTypeError(f"must be {describe(rule)} (got {s!r})")
-        return v
-    parse.base, parse.rule = base, rule               # read back by the fuzz test to generate bad values
-    return parse
-
-
-def _choices(rule) -> tuple:
-    c = rule["choices"]
-    return tuple(c() if callable(c) else c)
-
-
-def check_value(name: str, v, where: str, narrow: dict | None = None, why: str = ""):
-    """One field's value against its declared type and rule (narrowed by an algorithm's, ``narrow``); returns it
-    as the field's type (an int where a float is expected becomes a float). Raises one UserError line."""
-    base, nullable = _type(name)
-    rule = {**_FIELDS[name].metadata, **(narrow or {})}
-    got = f"(got {v!r})"
-    if base not in _WORDS:                          # a type this layer does not know: checked by its own block
-        return v
-    if v is None:
-        if nullable:
-            return None
-        raise UserError(f"{where}: must be {_WORDS[base]}, not null")
-    if base == "float" and isinstance(v, str):      # PyYAML reads 1e-3 (no dot) as a string
-        try:
-            v = float(v)
-        except ValueError:
-            pass
-    ok = {"int": isinstance(v, int) and not isinstance(v, bool),
-          "float": isinstance(v, (int, float)) and not isinstance(v, bool),
-          "str": isinstance(v, str), "bool": isinstance(v, bool), "dict": isinstance(v, dict)}[base]
-    if not ok:
-        raise UserError(f"{where}: must be {_WORDS[base]} {got}")
-    if base == "float":
-        v = float(v)
-        if not math.isfinite(v):
-            raise UserError(f"{where}: must be {_WORDS[base]} {got}")
-    if _too_big(v):
-        raise UserError(f"{where}: must be at most {INT_MAX} in size {got}")
-    if base in ("int", "float") and not _in_range(v, rule):
-        raise UserError(f"{where}: must be {describe(rule)}{why} {got}")
-    if base == "str" and "choices" in rule and v not in _choices(rule) and \
-            not (rule.get("prefix") and v.startswith(rule["prefix"])):
-        raise UserError(f"{where}: unknown {v!r}; choose one of {', '.join(_choices(rule))}")
-    if base == "str" and "pattern" in rule and not re.fullmatch(rule["pattern"], v.strip().lower()):
-        raise UserError(f"{where}: {v!r} is not valid; use {_FIELDS[name].metadata['help'].split(' (')[0]}")
-    return v
 
 
 def check(d: dict, source: str) -> dict:
-    """Check each value of a mapping of RunConfig fields from ``source`` (a YAML file, a resumed config.json, a
-    sweep cell) against its field's type and rule; keys may use - or _. Returns the mapping with _ keys."""
-    if not isinstance(d, dict):
-        raise UserError(f"{source}: must hold a mapping of RunConfig fields (got {type(d).__name__})")
-    out = {}
-    for k, v in d.items():
-        name = k.replace("-", "_") if isinstance(k, str) else k
-        if name not in _FIELDS:
-            near = difflib.get_close_matches(str(name), _FIELDS, n=1)
-            raise UserError(f"{source}: unknown key {k!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                            + "; see --help for the valid names")
-        out[name] = check_value(name, v, f"{source}: {k}")
-    return out
+    """Each value of a mapping of RunConfig fields from ``source`` (a YAML file, a resumed config.json, a sweep
+    cell) checked against its field's rule (``rules.check``); keys may use - or _. Returns the mapping with _ keys."""
+    return rules.check(RunConfig, d, source)
 
 
 def refuse_unused(cfg: RunConfig, given, source: str | dict | None = None) -> None:
@@ -365,87 +233,4 @@ def validate_dict(d: dict, source: str = "config") -> RunConfig:
 
 # How and where a run executes, not what it computes (beyond float tolerance: loop == vmap is tested): run names
 # and caches ignore these, and config.json records the device and the parallel mode as resolved.
-# the algorithms with a proximal term (mu) or a dual correction (lamb, read in every setting): --ri-anchor moves
-# their centre (trainers/parts.py: Prox, Dyn); for every other algorithm it has nothing to move
-ANCHORED = tuple(a for a, u in algos.USES.items() if "mu" in u or ("lamb" in u and "when" not in u["lamb"]))
 EXECUTION = ("quiet", "threads", "tensorboard", "device", "client_parallel", "state_device", "compile", "client_chunk")
-
-DEFAULTS = {"server_lr": 1.0, "rho": 0.1, "alpha": 0.1, "beta": 0.1, "lamb": 0.1, "mu": 0.01, "tau": 5,
-            "server_momentum": 0.9}
-ALGO_DEFAULTS = {
-    "fedals": {"alpha": 10}, "fedals-scaffold": {"alpha": 10},
-    "fedadam": {"server_lr": 0.1},
-    "fedsam": {"rho": 0.01}, "fedlesam": {"rho": 0.01},    # FedSMOO Table 5 and FedLESAM Sec. 6.1 (README table)
-}
-
-
-# ---- command line ---------------------------------------------------------------------------------
-def _parse_bool(s: str) -> bool:
-    if s.lower() in ("1", "true", "yes", "on"):
-        return True
-    if s.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """The one ``--help`` formatter of every entry point: each default printed once, as "(default: X)", and
-    nothing for a flag whose help already states its default or that has none (None, off)."""
-
-    def _get_help_string(self, action):
-        h = action.help or ""
-        if "default" in h or action.default in (None, False, argparse.SUPPRESS):
-            return h
-        return super()._get_help_string(action)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """One flag per RunConfig field, named --field-name, defaults, ranges and help from the dataclass."""
-    defaults = RunConfig()
-    for f in fields(RunConfig):
-        flag = "--" + f.name.replace("_", "-")
-        rng = describe({k: v for k, v in f.metadata.items() if k != "choices"})
-        default = getattr(defaults, f.name)          # None: the help says what happens (a paper default, off)
-        said = [rng] * bool(rng) + [f"default: {default}"] * (default is not None
-                                                           and "default" not in f.metadata["help"])
-        h = f"{f.metadata['help']} ({'; '.join(said)})" if said else f.metadata["help"]
-        base, _ = _type(f.name)
-        typ = {"int": int, "float": float, "dict": json.loads, "bool": _parse_bool}.get(base, str)
-        p.add_argument(flag, type=typ, default=None, help=h.replace("%", "%%"),
-                       **({"nargs": "?", "const": True} if base == "bool" else {}))
-
-
-def from_args(args: argparse.Namespace, base: dict | None = None) -> RunConfig:
-    """``base`` (fields already checked: a YAML file, a resumed config.json) overridden by the flags given;
-    call ``.validate()`` on the result."""
-    flags = {f.name: getattr(args, f.name) for f in fields(RunConfig) if getattr(args, f.name, None) is not None}
-    return RunConfig(**{**(base or {}), **flags})
-
-
-def read_yaml(path: str, flag: str = "--config", what: str = "RunConfig fields") -> dict:
-    """A YAML (or JSON) file holding a mapping, unchecked (a sweep file reads its parts itself); one UserError line
-    for a missing, unreadable, binary or non-UTF-8 file, bad YAML, or a file that holds no mapping."""
-    import yaml
-    where = f"{flag} {path}"
-    try:
-        with open(path, encoding="utf-8") as fh:
-            d = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise UserError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{where}: is a directory; give a YAML file of {what}") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"{where}: is not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
-    except OSError as e:
-        raise UserError(f"{where}: cannot be read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"{where}: is not valid YAML ({' '.join(str(e).split())[:200]})") from None
-    d = {} if d is None else d
-    if not isinstance(d, dict):
-        raise UserError(f"{where}: must hold a mapping of {what} (got {type(d).__name__})")
-    return d
-
-
-def load_yaml(path: str, flag: str = "--config") -> dict:
-    """A YAML (or JSON) file of RunConfig fields, every value checked (``read_yaml``, then ``check``)."""
-    return check(read_yaml(path, flag), f"{flag} {path}")

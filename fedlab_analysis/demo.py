@@ -17,8 +17,10 @@ from pathlib import Path
 
 from . import plots
 from .cli import guard, out_dir
-from .config import RunConfig, arg_type
-from .errors import ArgParser, UserError
+from .config import RunConfig
+from .errors import UserError
+from .options import ArgParser
+from .rules import arg_type
 from .trainers.loop import train
 
 DEMO = dict(algo="fedavg", dataset="digits", model="mlp", clients=20, partition="dirichlet", dir_alpha=0.3,
@@ -27,18 +29,26 @@ DEMO = dict(algo="fedavg", dataset="digits", model="mlp", clients=20, partition=
 PROBE = ["--data", "train", "--samples", "1000", "--seed", "0"]
 
 
-def probe(*argv) -> dict:
-    """Run `python -m fedlab_analysis.probe ...` in-process and return its JSON result."""
-    import contextlib
-    import io
-
-    from .probe import main
-    path = Path(argv[argv.index("--json") + 1])
-    with contextlib.redirect_stdout(io.StringIO()):          # the demo prints its own summary lines
-        code = main([str(a) for a in argv])
-    if code != 0:
-        raise SystemExit(f"demo: the probe {argv[0]} failed")
-    return json.loads(path.read_text())
+def probe(name, ckpt, *argv) -> dict:
+    """Probe ``name`` on ``ckpt`` in process with the flags of its command line (``--json FILE``, ``--plot FILE``):
+    the probe's ``compute`` through ``probes.runner.measure``; its result written and returned as the command
+    line writes it."""
+    from . import probe as cli
+    from .probes import PROBES, runner
+    p = cli.parser()
+    args = p.parse_args([str(a) for a in (name, ckpt, *argv)])
+    given = cli.sources(p, args)                  # before check_args, which resolves --device
+    try:
+        cli.check_args(args)
+        result = runner.measure(name, cli.options_of(args))
+        result["setting_sources"] = given
+        if args.plot:
+            PROBES[name].plot(result, args.plot)
+    except UserError as e:
+        raise SystemExit(f"demo: the probe {name} failed: {e}") from None
+    result = json.loads(json.dumps(runner.public(result), default=float))
+    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 @guard("demo")

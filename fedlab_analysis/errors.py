@@ -1,6 +1,4 @@
 """User-facing errors: the command-line entry points print ``str(err)`` as one line and exit 2."""
-import argparse
-import sys
 
 
 class UserError(ValueError):
@@ -27,18 +25,3 @@ class Diverged(RuntimeError):
 
 EXIT_DIVERGED = 3
 
-
-class ArgParser(argparse.ArgumentParser):
-    """argparse with the project's contract: a bad flag is ONE line ``error: ...`` on stderr and exit 2
-    (argparse's default prints the usage block first). Sub-parsers inherit it. ``--debug`` is listed in --help; the
-    guard (``cli.guard``) takes it out of argv before parsing."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        if self.add_help:
-            from .cli import DEBUG, DEBUG_HELP
-            self.add_argument(DEBUG, action="store_true", help=DEBUG_HELP)
-
-    def error(self, message):
-        print(f"error: {' '.join(message.split())} (see --help)", file=sys.stderr)
-        sys.exit(2)

@@ -163,14 +163,53 @@ class ParamSpace:
         return out.index_add_(-1, seg, flat)
 
 
-def functional(model: nn.Module, space: ParamSpace, buffers: dict[str, torch.Tensor] | None = None):
-    """``f(theta, x) -> model output`` with the parameters taken from the flat vector ``theta``.
+def functional(model: nn.Module, space: ParamSpace, buffers: dict[str, torch.Tensor] | None = None, *,
+               bspace: ParamSpace | None = None, states: bool = False, split=None):
+    """The model as a pure function ``f(theta, x, buf=None) -> output`` of one flat vector ``theta``: the one
+    place that turns a flat vector into a ``torch.func.functional_call`` (trainer, probes, landscape).
 
-    The model itself is never changed. ``buffers`` (default: the model's own) are passed
-    through; with BatchNorm in train mode they are updated in place, as nn.Module would.
+    Args:
+      model: the module whose forward is called; it is never changed (its parameters are never read).
+      space: the layout of ``theta``. ``theta`` may also be a dict of named tensors already in that layout
+        (``space.unflatten(theta)``, or the leaves a ``torch.func.grad`` differentiates), passed through as is.
+      buffers: named buffers passed to every call (default: the model's own). With BatchNorm in train mode and
+        ``track_running_stats`` on, the buffers passed are updated in place, as nn.Module would.
+      bspace: the layout of the floating buffers given per call as a flat vector ``buf`` (the trainer's
+        clients each carry their own BatchNorm statistics); these names are left out of ``buffers``.
+      states: ``theta`` is ``[parameters, buffers]`` concatenated (``space.P + bspace.P`` entries; Li et al.'s
+        ``dir_type='states'``); needs ``bspace``.
+      split: ``x -> pieces``: each piece goes through the model on its own and the outputs are concatenated
+        (the probes' BatchNorm groups). None: one call.
+
+    Returns:
+      ``f(theta, x, buf=None)``; ``buf`` (flat, in ``bspace``) is read only with ``bspace`` and not ``states``.
+
+    >>> lin = nn.Linear(2, 1, bias=False).double()
+    >>> space = ParamSpace.of_model(lin)
+    >>> theta, x = torch.tensor([2., 3.], dtype=torch.float64), torch.tensor([[1., 1.]], dtype=torch.float64)
+    >>> functional(lin, space)(theta, x)       # the weight [[2, 3]] times [1, 1]
+    tensor([[5.]], dtype=torch.float64)
     """
-    bufs = dict(model.named_buffers()) if buffers is None else buffers
+    fixed = dict(model.named_buffers()) if buffers is None else dict(buffers)
+    if bspace is not None:
+        for l in bspace.layers:
+            fixed.pop(l.name, None)
+    elif states:
+        raise ValueError("functional(states=True) needs bspace (the layout of the buffers after the parameters)")
+    P = space.P
 
-    def f(theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return torch.func.functional_call(model, {**space.unflatten(theta), **bufs}, (x,))
+    def f(theta, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(theta, dict):
+            named = theta
+        elif states:
+            named, buf = space.unflatten(theta[..., :P]), theta[..., P:]
+        else:
+            named = space.unflatten(theta)
+        if buf is not None and bspace is not None:
+            named = {**named, **bspace.unflatten(buf), **fixed}
+        elif fixed:
+            named = {**named, **fixed}
+        if split is None:
+            return torch.func.functional_call(model, named, (x,))
+        return torch.cat([torch.func.functional_call(model, named, (xg,)) for xg in split(x)])
     return f

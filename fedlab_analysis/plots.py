@@ -10,12 +10,13 @@ readable for tens of layers), ``dots`` (a dot plot, for values compared on a log
 ``check(fig)``, run by ``save``, refuses a bar on a log axis and a twin axis (two quantities on two y scales)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 import matplotlib.pyplot as plt
+
+from .rundir import read_metrics  # noqa: F401  (the one reader; demo, notebooks and paper_figures read it here)
 
 DPI = 120   # every figure: in a notebook (figure.dpi) and in a file (savefig.dpi)
 
@@ -135,10 +136,6 @@ def save(fig, path) -> Path:
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
-
-
-def read_metrics(run_dir) -> list[dict]:
-    return [json.loads(s) for s in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if s.strip()]
 
 
 def learning_curves(runs: dict[str, list[dict]], title: str | None = None):

@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from .cli import guard, out_file, read_json
-from .errors import ArgParser, UserError
-from .rundir import read_config
+from .errors import UserError
+from .options import ArgParser
+from .rundir import read_config, read_metrics
 from .sweep import HASH_FREE
 
 FORMATS = {"md": ".md", "csv": ".csv", "latex": ".tex"}
@@ -42,12 +43,6 @@ def _entries(d: Path) -> list[tuple[Path, dict | None]]:
             raise UserError(f"DIR: {d / 'sweep.json'} is not a sweep index (runs with name, path, cell, status); "
                             f"run the sweep again to rewrite it") from None
     return [(p.parent, None) for p in sorted(d.glob("*/metrics.jsonl")) if (p.parent / "config.json").is_file()]
-
-
-def read_metrics(run_dir) -> list[dict]:
-    """RUN/metrics.jsonl's rows; a damaged file is one line naming it."""
-    from .rundir import read_metrics as read
-    return read(Path(run_dir) / "metrics.jsonl")
 
 
 def runs(d) -> "pd.DataFrame":  # noqa: F821

@@ -171,8 +171,11 @@ def read_config(path, flag: str = "--resume") -> dict:
 
 
 def read_metrics(path) -> list[dict]:
-    """The rows of metrics.jsonl. A last line cut short by a kill (no newline) is dropped; any other damage is
-    one UserError line naming the file and the line."""
+    """The rows of metrics.jsonl (``path`` is the file or the run directory holding it); [] when there is no such
+    file. A last line cut short by a kill (no newline) is dropped; any other damage is one UserError line naming
+    the file and the line. The one reader of metrics rows (plots, report, compare, demo and the trainer's resume)."""
+    if Path(path).is_dir():
+        path = Path(path) / "metrics.jsonl"
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -24,10 +24,8 @@ per run); ``report.table("runs/t2")`` turns it into the mean +- std table. In a 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import importlib
-import io
 import itertools
 import json
 import os
@@ -39,9 +37,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import algos
-from .config import ALGO_DEFAULTS, DEFAULTS, EXECUTION, RunConfig
+from .config import EXECUTION, RunConfig
 from .cli import guard, out_dir
-from .errors import ArgParser, UserError
+from .errors import UserError
+from .options import ArgParser
 
 SWEEP_KEYS = ("base", "grid", "probes", "resources")
 HASH_FREE = EXECUTION                    # never change a run's numbers, so never its name
@@ -76,7 +75,7 @@ def _probe_parser():
     """The probe CLI's parser, raising UserError instead of printing usage and exiting."""
     from . import probe
 
-    class Strict(argparse.ArgumentParser):
+    class Strict(ArgParser):
         def error(self, message):
             raise UserError(message)
     return probe.parser(cls=Strict)
@@ -98,7 +97,7 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
         spec = dict(zip(labels, spec))
     if not isinstance(spec, dict):
         raise UserError(f"{source}: probes must be a list of command lines or a mapping label -> command line")
-    from .probe import MODULES
+    from .probes import PROBES
     p, out = _probe_parser(), {}
     for label, line in spec.items():
         if not isinstance(line, str) or not line.split():
@@ -109,8 +108,8 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
             argv = shlex.split(line)
         except ValueError as e:
             raise UserError(f"{source}: probe {line!r}: {e}") from None
-        if argv[0] not in MODULES:
-            raise UserError(f"{source}: unknown probe {argv[0]!r}; choose one of {', '.join(MODULES)}")
+        if argv[0] not in PROBES:
+            raise UserError(f"{source}: unknown probe {argv[0]!r}; choose one of {', '.join(PROBES)}")
         if any(a.split("=")[0] in ("--json", "--plot", "-h", "--help") for a in argv):
             raise UserError(f"{source}: probe {line!r}: drop --json/--plot/--help; the sweep writes RUN/probes/"
                             f"{label}.json")
@@ -125,15 +124,15 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
 def check_probe(args) -> None:
     """A probe line's flags by the probe's own rules, without a checkpoint: the command line's checks of every
     value (``probe.check_args``), then the probe's own refusals of flags that cannot act, which it makes before
-    it reads the checkpoint (its run function is called with no checkpoint; reaching the checkpoint ends the
+    it reads the checkpoint (its ``compute`` is called with no checkpoint; reaching the checkpoint ends the
     check)."""
     from . import probe
-    from .probes import common
+    from .probes import PROBES, runner
     probe.check_args(args, outputs=False)
-    common.refuse(args, *probe.UNUSED.get(args.probe, ((), "")))
-    entry = probe._table(args.probe)
+    opts = probe.options_of(args)
+    runner.refuse_unused(args.probe, opts)
     try:
-        entry[1](argparse.Namespace(**vars(args)), None)
+        PROBES[args.probe].compute(None, opts)
     except UserError:
         raise
     except Exception:               # noqa: BLE001  the flags passed; the probe went on to need the checkpoint
@@ -147,7 +146,7 @@ def _dash(m: dict) -> dict:
 
 def load(path) -> dict:
     """Read a sweep file: ``{"base", "grid", "probes", "resources"}``."""
-    from .config import read_yaml
+    from .options import read_yaml
     return read_yaml(str(path), flag="SWEEP.yaml", what="base:, grid: and optional probes:, resources:")
 
 
@@ -213,7 +212,7 @@ def _label(key, v, values):
 def resolved(cfg: RunConfig) -> dict:
     """The config with every paper default filled in (``rho: null`` and ``rho: 0.1`` are the same FedSAM run)."""
     d = cfg.to_dict()
-    for k in {*DEFAULTS, *(k for a in ALGO_DEFAULTS.values() for k in a)}:
+    for k in algos.defaulted():
         d[k] = cfg.hp(k)
     return {k: v for k, v in d.items() if k not in HASH_FREE}
 
@@ -236,19 +235,28 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
-    """One probe command line on the run's last checkpoint, in process, through the probe CLI's main()."""
+    """One probe line on the run's last checkpoint, in process: its flags parsed into the probe's Options, then
+    ``probes.runner.measure`` (the probe's ``compute``); the result written to RUN/probes/LABEL.json as the probe
+    command line writes it."""
     from . import probe
+    from .device import set_threads
+    from .probes import common, runner
     (run_dir / "probes").mkdir(exist_ok=True)
     target = run_dir / "probes" / f"{label}.json"
-    tmp = target.with_name(target.name + ".tmp")
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        main = getattr(probe.main, "__wrapped__", probe.main)     # unguarded: a defect keeps its traceback
-        rc = main([argv[0], str(run_dir), *argv[1:], "--json", str(tmp)])
-    if rc != 0:
-        raise RuntimeError(f"probe {shlex.join(argv)!r} failed: {err.getvalue().strip()}")
-    os.replace(tmp, target)
-    return json.loads(target.read_text())
+    p = _probe_parser()
+    try:
+        args = p.parse_args([argv[0], str(run_dir), *argv[1:], "--json", str(target)])      # as the CLI writes it
+        given = probe.sources(p, args)
+        probe.check_args(args, outputs=False)
+        set_threads(args.threads)
+        common.PROGRESS = not args.quiet
+        result = runner.measure(args.probe, probe.options_of(args))
+    except UserError as e:
+        raise RuntimeError(f"probe {shlex.join(argv)!r} failed: error: {e}") from None
+    result["setting_sources"] = given
+    result = runner.public(result)
+    _write_json(target, result)
+    return json.loads(json.dumps(result, default=float))
 
 
 def run_one(task: dict) -> dict:

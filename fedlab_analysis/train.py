@@ -14,8 +14,9 @@ from pathlib import Path
 
 from . import algos, rundir
 from .cli import guard, out_dir
-from .config import RunConfig, add_arguments, check, fields, from_args, load_yaml, refuse_unused
-from .errors import EXIT_DIVERGED, ArgParser, Diverged, UserError
+from .config import RunConfig, check, fields, refuse_unused
+from .errors import EXIT_DIVERGED, Diverged, UserError
+from .options import ArgParser, add_arguments, from_args, load_yaml
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start afresh")
     p.add_argument("--dry-run", action="store_true", help="print the run's memory and disk plan and the device's free "
                    "memory, and stop (nothing is trained or written; --out may be left out)")
-    add_arguments(p)
+    add_arguments(p, RunConfig)
     return p
 
 
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     restart = False                                  # --resume of a run killed before its first checkpoint
     try:
-        yaml = load_yaml(args.config) if args.config is not None else {}
+        yaml = load_yaml(args.config, RunConfig) if args.config is not None else {}
         flags = [f.name for f in fields(RunConfig) if getattr(args, f.name) is not None]
         sources = {k: f"--config {args.config}" for k in yaml}
         base = yaml
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
             out_dir(args.out)
         for k in flags:                              # a flag overrides the file: name the flag
             sources.pop(k, None)
-        cfg = from_args(args, base).validate(sources)
+        cfg = from_args(args, RunConfig, base).validate(sources)
         refuse_unused(cfg, [*flags, *yaml], sources)  # what the user typed, not a resumed config.json
         from .device import set_threads
         from .probes.hooks import build

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlab_analysis.config import ANCHORED
+from fedlab_analysis.algos import ANCHORED
 from fedlab_analysis.plots import figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402

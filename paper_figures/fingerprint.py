@@ -265,7 +265,7 @@ def cached_tags(root) -> list:
 
 
 def main(argv=None) -> int:
-    from fedlab_analysis.errors import ArgParser
+    from fedlab_analysis.options import ArgParser
     from paper_figures import common
     ap = ArgParser(prog="python -m paper_figures.fingerprint", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tier", default="quick", choices=("quick", "mnist"), help="whose run cache records it "

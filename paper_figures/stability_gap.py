@@ -27,7 +27,7 @@ import numpy as np
 
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.plots import figure
-from fedlab_analysis.probes.stability import make_hook, uniform_stability
+from fedlab_analysis.studies.stability import make_hook, uniform_stability
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
 from paper_figures import common  # noqa: E402
 from paper_figures import verdict as V  # noqa: E402

@@ -241,6 +241,30 @@ def test_fedals_representation_changes_only_at_multiples_of_alpha_tau():
         assert (sp_h == 0) == (s % tau == 0), (s, sp_h)
 
 
+@pytest.mark.parametrize("algo", ["fedals", "fedals-scaffold"])
+def test_fedals_traffic_over_alpha_rounds_is_table2s_count(algo):
+    """The ALS part decides FedALS's traffic (Part.traffic): h both ways every round, phi every alpha-th round, so
+    6 rounds at alpha = 3 send fedals_floats (6 |h| + 2 |phi|) per client; Alg. 4 stores c_k and x_sync (2P)."""
+    from types import SimpleNamespace
+    from fedlab_analysis.trainers.algorithms import fedals_floats
+    run = Run(RunConfig(**{**BASE, "algo": algo, "tau": 2, "alpha": 3, "active_ratio": 1.0,
+                           "model_kwargs": {"widths": [8, 8]}, "phi_layers": 2}))
+    n, P = BASE["clients"], run.space.P
+    rows = [run.algo.comm(run.face, SimpleNamespace(t=t, n=n)) for t in range(6)]
+    assert sum(r["floats_up"] for r in rows) / n == pytest.approx(fedals_floats(run.space, 3, 6), rel=1e-12)
+    assert [r["floats_up"] == n * P for r in rows] == [False, False, True] * 2
+    assert all(r["floats_down"] == r["floats_up"] for r in rows)
+    assert {r["floats_stored_per_client"] for r in rows} == {2 * P if algo == "fedals-scaffold" else 0}
+
+
+def test_fedals_refuses_partial_participation():
+    from fedlab_analysis.errors import UserError
+    from fedlab_analysis.trainers import build
+    with pytest.raises(UserError, match="--active-ratio: FedALS runs with full participation"):
+        build(RunConfig(**{**BASE, "algo": "fedals", "active_ratio": 0.5}))
+    assert build(RunConfig(**{**BASE, "algo": "fedals", "tau": 4, "active_ratio": 1.0})).K == 4
+
+
 def test_fedals_table2_communication_formula():
     """FedALS Example 1: comm(alpha) = N (650 + P_phi / alpha) per client, N = 2.344e9 / 269,722 rounds."""
     from fedlab_analysis.models import build_model

@@ -153,16 +153,18 @@ def test_bn_modes_give_different_numbers_and_train_is_the_default(bn_run, tmp_pa
 def test_no_probe_changes_the_model_it_is_given(bn_run, tmp_path):
     """Each probe's function on one Bundle: every parameter, buffer and data tensor is unchanged after it."""
     from fedlab_analysis import checkpoint
-    from fedlab_analysis.probe import _table, parser
+    import dataclasses
+
+    from fedlab_analysis.probe import options_of, parser
+    from fedlab_analysis.probes import PROBES
     from fedlab_analysis.probes.common import rebuild
     b = rebuild(checkpoint.load(bn_run), samples=8, bn_mode="train")
     b.model.train()                                      # a caller's model in train mode, as in the issue
     snap = lambda: [t.clone() for t in (*b.model.state_dict().values(), b.theta, b.X, b.y, b.clients)]  # noqa: E731
     before = snap()
     for name in ("hessian", "trace", "density", "landscape", "consensus", "sharpness", "drift", "margin"):
-        args = parser().parse_args([name, str(bn_run), *QUICK.get(name, [])])
-        args.data, args.seed, args.samples, args.bn_mode = "train", 0, 8, "train"
-        _table(name)[1](args, b)
+        opts = options_of(parser().parse_args([name, str(bn_run), *QUICK.get(name, [])]))
+        PROBES[name].compute(b, dataclasses.replace(opts, data="train", seed=0, samples=8, bn_mode="train"))
         assert all(torch.equal(u, v) for u, v in zip(before, snap())), name
     assert b.model.training
 

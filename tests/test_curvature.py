@@ -1,6 +1,7 @@
 """Curvature probe against exact answers: float64 logistic regression and a tiny MLP whose
 Hessian comes from torch.func.hessian + numpy.linalg.eigh."""
 import argparse
+import dataclasses
 import importlib.util
 import json
 import math
@@ -14,7 +15,9 @@ from torch import nn
 
 from fedlab_analysis.errors import UserError
 from fedlab_analysis.params import ParamSpace, functional
+from fedlab_analysis.probes import PROBES, options
 from fedlab_analysis.probes import curvature as C
+from fedlab_analysis.probes.runner import public
 from fedlab_analysis.probes.curvature import (HessianOperator, MatrixOperator, density, per_layer,
                                               top_eigenvalues, trace)
 
@@ -266,13 +269,15 @@ def test_per_layer_matches_the_exact_diagonal_blocks(mlp):
 
 
 def _args(question, *argv):
+    """The probe's Options from flags, through the subcommand's generated arguments (no checkpoint)."""
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default="train")
-    p.add_argument("--samples", type=int)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", default="figure.png")
-    C.CLI[question][0](p)
-    return p.parse_args(list(argv))
+    options.add_arguments(p, PROBES[question].Options, skip=("ckpt",))
+    opts = options.from_namespace(PROBES[question].Options, p.parse_args(list(argv)))
+    return dataclasses.replace(opts, data="train", seed=0, plot="figure.png")
+
+
+def _compute(question, args, bundle):
+    return PROBES[question].compute(bundle, args)
 
 
 def _bundle(pb):
@@ -288,10 +293,10 @@ def _bundle(pb):
     ("trace", ["--per-layer", "--by", "param", "--products", "4", "--method", "hutchinson"]),
     ("density", ["--steps", "75", "--vectors", "1"]),
 ])
-def test_cli_run_functions_give_json_and_a_figure(mlp, question, argv):
+def test_cli_run_functions_give_json_and_a_figure(mlp, question, argv, tmp_path):
     args = _args(question, *argv)
-    result, fig = C.CLI[question][1](args, _bundle(mlp))
-    text = json.dumps(result)
+    result = _compute(question, args, _bundle(mlp))
+    text = json.dumps(public(result))
     assert "n_products" in text and "seconds" in text and result["data_used"]["n"] in (60, 20)
     if question == "hessian" and not args.per_layer and not args.layer:
         np.testing.assert_allclose(result["eigenvalues"], mlp.ev[::-1][:3], rtol=1e-8)
@@ -301,9 +306,9 @@ def test_cli_run_functions_give_json_and_a_figure(mlp, question, argv):
     if question == "trace" and not args.per_layer:
         assert abs(result["trace"] - float(torch.trace(mlp.H))) < 1e-10
     if args.per_layer:
-        assert set(result["layers"]) == set(C.layer_specs(mlp.space, args.by)) and "summary" in result
-    assert fig is not None and fig.axes            # every question draws its figure (trace too)
-    plt.close(fig)
+        assert set(result["layers"]) == set(C.layer_specs(mlp.space, result["by"])) and "summary" in result
+    PROBES[question].plot(result, tmp_path / "f.png")       # every question draws its figure (trace too)
+    assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
 def test_cli_optional_backends_agree_or_say_they_are_missing():
@@ -311,31 +316,29 @@ def test_cli_optional_backends_agree_or_say_they_are_missing():
     pb = _problem("mlp")
     if importlib.util.find_spec("curvlinops") is None:
         with pytest.raises(UserError, match="not installed"):
-            C.CLI["hessian"][1](_args("hessian", "--backend", "curvlinops"), _bundle(pb))
+            _compute("hessian", _args("hessian", "--backend", "curvlinops"), _bundle(pb))
     else:
-        r, fig = C.CLI["hessian"][1](_args("hessian", "--top-k", "2", "--tol", "1e-8", "--backend", "curvlinops"),
-                                     _bundle(pb))
+        r = _compute("hessian", _args("hessian", "--top-k", "2", "--tol", "1e-8", "--backend", "curvlinops"),
+                     _bundle(pb))
         np.testing.assert_allclose(r["eigenvalues"], pb.ev[::-1][:2], rtol=1e-6)
-        plt.close(fig)
         args = _args("trace", "--backend", "curvlinops", "--products", "30", "--method", "hutchinson")
-        r, _ = C.CLI["trace"][1](args, _bundle(pb))
+        r = _compute("trace", args, _bundle(pb))
         assert r["n_products"] == 30 and abs(r["trace"] - float(torch.trace(pb.H))) < 5 * r["stderr"] + 1.0
     if importlib.util.find_spec("pyhessian") is None:
         with pytest.raises(UserError, match="not installed"):
-            C.CLI["trace"][1](_args("trace", "--backend", "pyhessian"), _bundle(pb))
+            _compute("trace", _args("trace", "--backend", "pyhessian"), _bundle(pb))
         return
     with pytest.raises(UserError, match="float32"):
-        C.CLI["hessian"][1](_args("hessian", "--backend", "pyhessian"), _bundle(pb))
+        _compute("hessian", _args("hessian", "--backend", "pyhessian"), _bundle(pb))
     pb.model.float()
     pb.theta, pb.X = pb.theta.float(), pb.X.float()
-    r, fig = C.CLI["hessian"][1](_args("hessian", "--backend", "pyhessian", "--top-k", "2", "--tol", "1e-6"),
-                                 _bundle(pb))
+    r = _compute("hessian", _args("hessian", "--backend", "pyhessian", "--top-k", "2", "--tol", "1e-6"),
+                 _bundle(pb))
     assert r["n_products"] > 2 and abs(max(r["eigenvalues"]) - pb.ev[-1]) < 1e-3 * pb.ev[-1]
-    plt.close(fig)
-    r, _ = C.CLI["trace"][1](_args("trace", "--backend", "pyhessian", "--products", "40"), _bundle(pb))
+    r = _compute("trace", _args("trace", "--backend", "pyhessian", "--products", "40"), _bundle(pb))
     assert r["n_products"] == r["n_probes"] >= 2 and r["stderr"] > 0
     with pytest.raises(UserError, match="density"):
-        C.CLI["density"][1](_args("density", "--backend", "pyhessian", "--steps", "5", "--vectors", "1"), _bundle(pb))
+        _compute("density", _args("density", "--backend", "pyhessian", "--steps", "5", "--vectors", "1"), _bundle(pb))
 
 
 def test_cli_end_to_end_on_a_checkpoint(tmp_path, capsys):

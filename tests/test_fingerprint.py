@@ -74,7 +74,7 @@ def test_a_behaviour_change_changes_the_fingerprint(monkeypatch, algo, change):
     before = fp([algo])
     if change == "scaffold_sign":            # SCAFFOLD's correction c - c_i subtracted instead of added
         monkeypatch.setattr(parts.Scaffold, "direction",
-                            lambda self, run, ctx, x, d, decay: (d.sub_(ctx.extra["scaffold_corr"]), decay))
+                            lambda self, run, ctx, x, d, decay: (d.sub_(self.corr), decay))
     elif change == "ri_sign":                # FedInit's relaxed start moved the other way
         monkeypatch.setattr(parts.RelaxedInit, "start",
                             lambda self, run, ctx, x: x - self.beta * (ctx.w - run.rows(run.last_local, ctx.S)))

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from fedlab_analysis import algos, compare, probe, report, sweep, train as train_cli
-from fedlab_analysis.config import RunConfig, _FIELDS, _type, fields
+from fedlab_analysis.config import RunConfig, fields
+from fedlab_analysis.rules import fields_of, type_of
 from fedlab_analysis.theory import __main__ as theory_cli
 
+FIELDS = fields_of(RunConfig)
 BASE = ["--dataset", "digits", "--model", "mlp", "--model-kwargs", '{"widths": [8]}', "--clients", "4",
         "--rounds", "2", "--local-steps", "1", "--quiet"]
 
@@ -111,8 +113,8 @@ def flag(name):
 
 def bad_values(name):
     """Values the field's declaration refuses: wrong type, nan/inf, and just outside each bound."""
-    base, _ = _type(name)
-    rule = _FIELDS[name].metadata
+    base, _ = type_of(FIELDS[name])
+    rule = FIELDS[name].metadata
     if base == "bool":
         return ["maybe", "2"]
     if base == "dict":
@@ -142,7 +144,7 @@ def train_cases():
         for v in bad_values(name):
             cases.append(([*BASE, *extra, "--algo", user, flag(name), v], flag(name)))
         idle = next(a for a in algos.NAMES if name not in algos.uses(a))
-        good = {"float": "0.5", "int": "2", "str": _FIELDS[name].default}[_type(name)[0]]
+        good = {"float": "0.5", "int": "2", "str": FIELDS[name].default}[type_of(FIELDS[name])[0]]
         cases.append(([*BASE, "--algo", idle, flag(name), str(good)], flag(name)))
     for algo, name, v in [("fedcm", "alpha", "2"), ("mofedsam", "alpha", "1.5"), ("fedals", "alpha", "2.5"),
                           ("fedals", "alpha", "0.5"), ("fedals", "phi_layers", "0"), ("fedals", "phi_layers", "99")]:
@@ -187,10 +189,10 @@ def yaml_cases():
     cases = []
     for name in ("rounds", "clients", "seed", "local_steps", "lr", "dir_alpha", "wd", "server_lr", "algo",
                  "replacement", "model_kwargs", "dtype", "local_epochs", "threads"):
-        base, nullable = _type(name)
+        base, nullable = type_of(FIELDS[name])
         for v in YAML_BAD[base]:
             if v == "null" and nullable or (base == "str" and v == "bogus-name" and "choices" not in
-                                            _FIELDS[name].metadata):
+                                            FIELDS[name].metadata):
                 continue
             cases.append((f"{name}: {v}\n", name))
     cases += [("- rounds: 2\n", "mapping"), ("rounds: [\n", "not valid YAML"), ("bogus: 1\n", "bogus"),

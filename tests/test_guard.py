@@ -16,7 +16,9 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fedlab_analysis import compare, demo, probe, report, sweep, train as train_cli
-from fedlab_analysis.config import RunConfig, _FIELDS, _type, fields
+from fedlab_analysis.config import RunConfig, fields
+from fedlab_analysis.probes import PROBES
+from fedlab_analysis.rules import type_of
 from fedlab_analysis.errors import UserError
 from fedlab_analysis.theory import __main__ as theory_cli
 
@@ -247,7 +249,7 @@ def test_sweep_probe_lines_are_checked_before_training(tmp_path, monkeypatch, li
 
 def test_sweep_check_passes_good_lines_and_refuses_flags_that_cannot_act():
     p = sweep._probe_parser()
-    for name in probe.MODULES:                         # every probe's defaults reach the checkpoint: accepted
+    for name in PROBES:                         # every probe's defaults reach the checkpoint: accepted
         sweep.check_probe(p.parse_args([name, "CKPT"]))
     sweep.check_probe(p.parse_args(["trace", "CKPT", "--deflate", "2", "--tol", "0.5"]))
     for line in ["margin --rho 0.1", "consensus --seed 1", "hessian --per-layer --layer fc", "landscape --extend 2",
@@ -326,8 +328,8 @@ def _options(parser: argparse.ArgumentParser):
 def _train_options():
     out = []
     for f in fields(RunConfig):
-        base, _ = _type(f.name)
-        rule = _FIELDS[f.name].metadata
+        base, _ = type_of(f)
+        rule = f.metadata
         if base in ("int", "float"):
             out.append(("--" + f.name.replace("_", "-"), _range_values(base, rule)))
         elif "choices" in rule and not callable(rule["choices"]):

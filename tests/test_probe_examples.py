@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedlab_analysis import probe
+from fedlab_analysis.probes import PROBES
 from fedlab_analysis.demo import DEMO
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -38,7 +39,7 @@ def demo_dir(tmp_path_factory):
 
 
 def test_the_readme_has_an_example_of_every_probe():
-    assert {argv[0] for argv in examples()} == set(probe.MODULES)
+    assert {argv[0] for argv in examples()} == set(PROBES)
 
 
 @pytest.mark.slow

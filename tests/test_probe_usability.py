@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fedlab_analysis import probe
+from fedlab_analysis.probes import PROBES
 
 
 @pytest.fixture(scope="module")
@@ -161,15 +162,15 @@ def test_probe_help_has_one_line_per_probe_and_each_subcommand_a_paragraph(monke
     monkeypatch.setenv("COLUMNS", "100")
     text = probe.parser().format_help()
     lines = text.splitlines()
-    for name in probe.MODULES:
+    for name, spec in PROBES.items():
         row = [line for line in lines if line.startswith("    ") and line.split()[:1] == [name]]
-        assert len(row) == 1 and probe.HELP[name] in row[0], name        # name and its line, side by side
+        assert len(row) == 1 and spec.HELP in row[0], name        # name and its line, side by side
         assert f"{name} probe" not in text
     sub = probe.parser()._subparsers._group_actions[0].choices
-    for name in probe.MODULES:
+    for name, spec in PROBES.items():
         flat = " ".join(sub[name].format_help().split())
-        assert " ".join(probe.DESCRIBE[name].split()) in flat and "cost:" in flat, name
-        assert len(probe.DESCRIBE[name]) > 150                              # a paragraph, not a label
+        assert " ".join(spec.DESCRIBE.split()) in flat and "cost:" in flat, name
+        assert len(spec.DESCRIBE) > 150                              # a paragraph, not a label
 
 
 def test_a_folder_of_runs_is_named_as_such(run_dir, tmp_path, capsys):

@@ -7,7 +7,7 @@ import torch
 
 from fedlab_analysis import probe
 from fedlab_analysis.probes import common
-from fedlab_analysis.probes import stability as St
+from fedlab_analysis.studies import stability as St
 from fedlab_analysis.trainers import engine
 from fedlab_analysis.trainers.loop import train
 

@@ -51,18 +51,26 @@ def test_segments_equal_the_masked_step_bitwise(case, mode, dtype):
 
 
 def test_a_run_of_steps_takes_its_clients_rows():
-    """RoundCtx.take: every per-client value is the rows of the still-active clients, and they all step."""
+    """RoundCtx.take and Algorithm.take: every per-client value is the rows of the still-active clients, and they
+    all step; Algorithm.put_back writes the rows back."""
     run = Run(RunConfig(**BASE, algo="fedsmoo", client_parallel="vmap"), dataset=load_dataset("digits"))
     ctx = run.round_ctx(0)
-    ctx.extra = {"mu": torch.arange(ctx.n, dtype=torch.float64)[:, None].expand(-1, 3).clone(),
-                 "flat": torch.zeros(ctx.n, dtype=torch.float64), "bcast": torch.ones(3).expand(ctx.n, -1)}
+    smoo = run.algo.perturb                          # its round constants, as round_start would set them
+    mu = torch.arange(ctx.n, dtype=torch.float64)[:, None].expand(-1, 3).clone()
+    flat, bcast = torch.zeros(ctx.n, dtype=torch.float64), torch.ones(3).expand(ctx.n, -1)
+    smoo.mu, smoo.s_hat, smoo.delta = mu, flat, bcast
     a, b, rows, host = ctx.segs[-1]
     c = ctx.take(rows, host, b)
+    taken = run.algo.take(rows, host, ctx.n)
     assert c.n == len(host) and c.S.tolist() == [ctx.S[j].item() for j in host] and c.Kmin == b
     assert bool((c.K > a).all()) and int(c.K.min()) == b and c.all_on
-    assert c.extra["mu"][:, 0].tolist() == host and c.extra["flat"] is ctx.extra["flat"]
-    assert c.extra["bcast"].stride(0) == 0 and len(c.extra["bcast"]) == len(host)
+    assert smoo.mu[:, 0].tolist() == host and smoo.s_hat is flat      # a [n] vector is not per-client rows
+    assert smoo.delta.stride(0) == 0 and len(smoo.delta) == len(host)
     assert torch.equal(c.I, ctx.I[host]) and c.batches == [ctx.batches[j] for j in host]
+    smoo.mu.add_(100)                                # a run of steps updates its rows in place ...
+    run.algo.put_back(taken, rows)                   # ... and they go back; every constant is the round's again
+    assert smoo.mu is mu and smoo.delta is bcast and mu[host, 0].tolist() == [j + 100 for j in host]
+    assert all(mu[j, 0] == j for j in range(ctx.n) if j not in host)
 
 
 # several runs alive in one process, stepped round by round in turn: scratch buffers sized by a large active set read

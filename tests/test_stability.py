@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedlab_analysis.errors import UserError
-from fedlab_analysis.probes import stability as St
+from fedlab_analysis.studies import stability as St
 from fedlab_analysis.trainers.engine import Run
 
 

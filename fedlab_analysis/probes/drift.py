@@ -20,36 +20,25 @@ Estimators of grad F(w) that a checkpoint holds (``estimator_quality``):
     FedSMOO          cos(s, grad F(w)) of the server perturbation (FedSMOO Alg. 1);
     FedCM            cos(Delta_t, grad F(x_t)) and ||Delta_t - grad F(x_t)|| / ||grad F(x_t)|| (FedCM Sec. 4,
                      Lemma 4.1).
-``make_hook`` logs PD at local steps and the estimators after every probed round; ``CLI['drift']`` reads the
-estimators from a checkpoint (the per-step drift needs training, hence the hook).
+``make_hook`` logs PD at local steps and the estimators after every probed round; ``compute`` (``probe drift``)
+reads the estimators from a checkpoint (the per-step drift needs training, hence the hook).
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..errors import UserError
+from ..linalg import cosine, unit  # noqa: F401  (re-exported)
 from .common import full_gradient  # noqa: F401  (re-exported)
 from .consensus import wanted
-from ..config import arg_type
+from .options import Common, opt
 
 
-# ---- vectors ------------------------------------------------------------------------------------------
-def unit(v: Tensor) -> Tensor:
-    """v / ||v|| row-wise over the whole flat vector; zero rows stay zero."""
-    n = v.norm(dim=-1, keepdim=True)
-    return torch.where(n > 0, v / torch.where(n > 0, n, torch.ones_like(n)), torch.zeros_like(v))
-
-
-def cosine(a: Tensor, b: Tensor) -> Tensor:
-    """cos(a_i, b) row-wise (float64); NaN where a row or b is zero."""
-    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    den = a.norm(dim=-1) * b.norm()
-    return torch.where(den > 0, (a @ b) / torch.where(den > 0, den, torch.ones_like(den)), torch.nan)
-
-
+# ---- vectors: unit(v) and cosine(a, b) live in fedlab_analysis/linalg.py (shared with the sharpness probe) --------
 def perturbation_drift(local: Tensor, global_: Tensor) -> tuple[float | None, int]:
     """One step of FedLESAM's PD: (1/(2n)) sum_i ||u(global_) - u(local_i)|| over the n clients whose local
     perturbation is non-zero; returns (PD, n). ``local`` [n, P], ``global_`` [P]; PD is None when n = 0."""
@@ -240,7 +229,7 @@ def from_checkpoint(bundle, batch_size: int = 1024) -> dict:
     return q
 
 
-def plot(q: dict, title: str | None = None):
+def draw(q: dict, title: str | None = None):
     """FedLESAM: cos against staleness per client; FedSMOO / FedCM: their cosines as bars."""
     from ..plots import figure
     fig, ax = figure()
@@ -267,16 +256,41 @@ def plot(q: dict, title: str | None = None):
     return fig
 
 
-def add_arguments(p):
-    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=1024,
-                   help="chunk of the full-gradient pass (memory only)")
+# ---- the probe: options, compute, plot ----------------------------------------------------------------
+HELP = "FedLESAM's perturbation estimate vs staleness"
+DESCRIBE = ("FedLESAM's estimate of the global perturbation from the last global update against the true one, "
+            "by the clients' staleness (FedLESAM Sec. 4.1, Fig. 2 left).")
+COST = "cost: one gradient pass over the samples."
+HOOK_NAMES = ("drift",)
 
 
-def run(args, bundle):
-    q = from_checkpoint(bundle, args.batch_size)
+@dataclass
+class Options(Common):
+    batch_size: int = opt(1024, "chunk of the full-gradient pass (memory only)", lo=1)
+
+
+def compute(bundle, opts: Options) -> dict:
+    """The global-direction estimators the checkpoint holds against grad F at its global model.
+
+    Args:
+        bundle: the rebuilt checkpoint (its algo_state holds FedLESAM's w_old, FedSMOO's s or FedCM's D).
+        opts: ``batch_size``, the chunk of the full-gradient pass.
+    Returns:
+        ``from_checkpoint``'s dict plus ``summary`` (``flat_quality`` and the sample count).
+
+    FedLESAM's perturbation drift against the exact answer (one client along the global direction, one at a
+    right angle to it: (0 + sqrt 2) / (2 * 2)):
+
+    >>> import torch
+    >>> perturbation_drift(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1.0, 0.0]))
+    (0.3535533905932738, 2)
+    """
+    q = from_checkpoint(bundle, opts.batch_size)
     summary = {**flat_quality(q), "n_samples": len(bundle.y)}
-    return {**q, "summary": summary}, plot(q, bundle.title("global-direction estimators against grad F")) \
-        if args.plot else None
+    return {**q, "summary": summary, "_title": bundle.title("global-direction estimators against grad F")}
 
 
-CLI = {"drift": (add_arguments, run)}
+def plot(result: dict, path) -> None:
+    """``draw`` of ``compute``'s result, saved at ``path``."""
+    from ..plots import save
+    save(draw(result, result.get("_title")), path)

@@ -1,16 +1,13 @@
 """Probes that watch training from inside (DESIGN.md decision 6): ``--probe consensus,drift,sharpness,gap``.
 
+The probes that offer one name it in ``HOOK_NAMES`` (the registry, probes/__init__.py, lists them).
 The entry points (train.py) build the callbacks here and hand them to the trainer, which calls them at every
 local step and round end and moves each hook's ``rows`` into metrics.jsonl; the engine never imports a probe.
 """
 from __future__ import annotations
 
-import importlib
-
 from ..errors import UserError
 
-HOOKS = {"consensus": "consensus", "drift": "drift", "sharpness": "sharpness", "gap": "stability",
-         "stability": "stability"}
 MAX_STEPS = 10_000
 
 
@@ -30,12 +27,14 @@ def build(cfg) -> list:
     """The callbacks for ``cfg.probe`` (comma-separated names), each with a ``rows`` list."""
     if not cfg.probe:
         return []
+    from . import hook_modules
+    hooks = hook_modules()
     steps = parse_steps(cfg.probe_steps)
     out = []
     for name in [s.strip() for s in cfg.probe.split(",") if s.strip()]:
-        if name not in HOOKS:
-            raise UserError(f"--probe: unknown {name!r}; choose from {', '.join(HOOKS)}")
-        mod = importlib.import_module(f"fedlab_analysis.probes.{HOOKS[name]}")
+        if name not in hooks:
+            raise UserError(f"--probe: unknown {name!r}; choose from {', '.join(hooks)}")
+        mod = hooks[name]
         kw = {} if steps is None or name in ("gap", "stability") else {"steps": steps}
         out.append(mod.make_hook(name, cfg.probe_every, **kw))
     return out

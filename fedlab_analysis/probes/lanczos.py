@@ -21,7 +21,6 @@ import math
 import time
 
 import numpy as np
-import scipy.linalg
 import torch
 
 from ..errors import UserError
@@ -80,6 +79,7 @@ def lanczos_steps(op, v0: torch.Tensor, n_steps: int, gen: torch.Generator):
 
 def _ritz(alphas, betas):
     """Eigenvalues and eigenvectors of the Lanczos tridiagonal T (float64, ascending)."""
+    import scipy.linalg             # imported when first used: the probes import without scipy's cost
     return scipy.linalg.eigh_tridiagonal(np.array(alphas), np.array(betas[:-1]))
 
 

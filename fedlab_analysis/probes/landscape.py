@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,15 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from ..params import Layer, ParamSpace
-from ..plots import levels as nice_levels      # one contour-level rule (round 1-2-5 values) for every figure
-from ..config import arg_type
+from ..params import Layer, ParamSpace, functional
+from .options import Common, opt
+
+
+def nice_levels(Z, *a, **kw):
+    """plots.levels: the one contour-level rule (round 1-2-5 values) of every figure (matplotlib imported here,
+    when a figure is drawn, not with the probes)."""
+    from ..plots import levels
+    return levels(Z, *a, **kw)
 
 LI_LEVELS = (0.1, 10.0, 0.5)  # Li et al. plot_2D.py: contour levels arange(vmin, vmax, vlevel)
 
@@ -171,15 +178,10 @@ def with_states(model, space: ParamSpace, theta: Tensor):
     parameter-only triple; buffers are 1-D, so random directions leave them alone unless
     ``ignore_1d=False``, but :func:`line` interpolates them (the reference README's advice)."""
     bspace = ParamSpace.buffers_of(model)
-    others = {n: b for n, b in model.named_buffers() if not b.is_floating_point()}
     layers = space.layers + [Layer(l.name, l.shape, l.offset + space.P, l.numel, l.block, "buffers")
                              for l in bspace.layers]
     z = torch.cat([theta, bspace.flatten(dict(model.named_buffers())).to(theta.device, theta.dtype)])
-
-    def f(z: Tensor, x: Tensor) -> Tensor:
-        named = {**space.unflatten(z[..., :space.P]), **bspace.unflatten(z[..., space.P:]), **others}
-        return torch.func.functional_call(model, named, (x,))
-    return ParamSpace(layers), f, z
+    return ParamSpace(layers), functional(model, space, bspace=bspace, states=True), z
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -511,41 +513,59 @@ def plot_line(result: dict, ax=None, log: bool = False):
 PLANES = ("random", "clients", "update", "hessian", "pca")
 
 
-def add_arguments(p):
-    p.add_argument("--plane", choices=PLANES, default=None, help="directions of the 2-D plane (default random)")
-    p.add_argument("--other", default=None, help="second checkpoint: 1-D interpolation from CKPT to it")
-    p.add_argument("--grid", type=int, default=25, help="points per axis (line: points between the models)")
-    p.add_argument("--range", default=None, help="lo:hi of a (default -1:1; fitted to the marked points for "
-                                                  "the clients/update/pca planes)")
-    p.add_argument("--range-y", default=None, help="lo:hi of b (default: as --range)")
-    p.add_argument("--norm", choices=("filter", "layer", "none"), default=None,
-                   help="normalisation of random directions (random/update planes; default: filter)")
-    p.add_argument("--include-1d", action="store_true", help="move biases/norm scales too (direction = w)")
-    p.add_argument("--dir-type", choices=("weights", "states"), default="weights",
-                   help="states: BatchNorm running statistics are part of the vector (Li et al.)")
-    p.add_argument("--orthogonalize", action="store_true", help="random plane: make d2 orthogonal to d1")
-    p.add_argument("--clients-pair", default=None,
-                   help="clients plane: two client ids I,J (default: the two that trained last)")
-    p.add_argument("--extend", type=float, default=None,
-                   help="with --other: how far to continue past each model (default: 0.25)")
-    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=None, metavar="N",
-                   help="samples per forward pass and per Hessian-vector chunk of --plane hessian (memory only; "
-                        "default: 16384 // batch-points per forward, 1000 per HVP chunk)")
-    p.add_argument("--vmax", type=float, default=None, help="with --plot: clip the colour scale at this loss")
-    p.add_argument("--log", action="store_true", default=None,
-                   help="with --plot: log colour scale and levels (default: log when the loss spans > 20x)")
-    p.add_argument("--save-directions", default=None, metavar="FILE",
-                   help="save the plane's two directions (torch file) to draw the same plane for other checkpoints")
-    p.add_argument("--directions", default=None, metavar="FILE",
-                   help="draw the plane of a --save-directions FILE (checked to be of this model) instead of --plane")
-    p.add_argument("--h5", default=None, metavar="FILE",
-                   help="also write the surface in the HDF5 layout of Li et al.'s loss-landscape code "
-                        "(xcoordinates, ycoordinates, train_loss, train_acc in %%; needs h5py: the landscape-h5 extra)")
-    p.add_argument("--batch-points", type=_batch_points, default="auto",
-                   help="grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
-                        "memory-bounded on GPU)")
-    # let `--range -1:1` read as a value: argparse takes only plain negative numbers for values, and
-    # otherwise anything starting with '-' for an option (this parser has no option that looks numeric)
+HELP = "loss surface on a plane, or a line to a 2nd model"
+DESCRIBE = ("The loss and accuracy on a grid of a 2-D plane through the checkpoint (Li et al. 2018, "
+            "'Visualizing the Loss Landscape of Neural Nets': filter-normalised random directions), or through "
+            "two clients' models, the last global update, the top Hessian eigenvectors or the PCA of the "
+            "trajectory; --other draws the 1-D line to a second checkpoint. --save-directions/--directions "
+            "reuse one plane for several checkpoints; --h5 writes Li et al.'s HDF5 layout. Serves FedSMOO "
+            "Fig. 3 and FedLESAM Figs. 1, 3, 6.")
+COST = ("cost: grid^2 passes (+1 per marked point); --other: grid * (1 + 2 * extend) passes; "
+        "--plane hessian adds a Lanczos for two eigenvectors (~20-100 HVPs).")
+
+
+def _batch_points(text: str):
+    import argparse
+    if text == "auto" or (text.isdigit() and int(text) > 0):
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a positive integer")
+
+
+@dataclass
+class Options(Common):
+    plane: str | None = opt(None, "directions of the 2-D plane (default random)", choices=PLANES)
+    other: str | None = opt(None, "second checkpoint: 1-D interpolation from CKPT to it")
+    grid: int = opt(25, "points per axis (line: points between the models)")
+    range: str | None = opt(None, "lo:hi of a (default -1:1; fitted to the marked points for the clients/update/pca "
+                            "planes)")
+    range_y: str | None = opt(None, "lo:hi of b (default: as --range)")
+    norm: str | None = opt(None, "normalisation of random directions (random/update planes; default: filter)",
+                           choices=("filter", "layer", "none"))
+    include_1d: bool = opt(False, "move biases/norm scales too (direction = w)")
+    dir_type: str = opt("weights", "states: BatchNorm running statistics are part of the vector (Li et al.)",
+                        choices=("weights", "states"))
+    orthogonalize: bool = opt(False, "random plane: make d2 orthogonal to d1")
+    clients_pair: str | None = opt(None, "clients plane: two client ids I,J (default: the two that trained last)")
+    extend: float | None = opt(None, "with --other: how far to continue past each model (default: 0.25)")
+    batch_size: int | None = opt(None, "samples per forward pass and per Hessian-vector chunk of --plane hessian "
+                                 "(memory only; default: 16384 // batch-points per forward, 1000 per HVP chunk)",
+                                 lo=1, metavar="N")
+    vmax: float | None = opt(None, "with --plot: clip the colour scale at this loss")
+    log: bool | None = opt(None, "with --plot: log colour scale and levels (default: log when the loss spans > 20x)")
+    save_directions: str | None = opt(None, "save the plane's two directions (torch file) to draw the same plane for "
+                                      "other checkpoints", metavar="FILE")
+    directions: str | None = opt(None, "draw the plane of a --save-directions FILE (checked to be of this model) "
+                                 "instead of --plane", metavar="FILE")
+    h5: str | None = opt(None, "also write the surface in the HDF5 layout of Li et al.'s loss-landscape code "
+                         "(xcoordinates, ycoordinates, train_loss, train_acc in %%; needs h5py: the landscape-h5 "
+                         "extra)", metavar="FILE")
+    batch_points: str = opt("auto", "grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
+                            "memory-bounded on GPU)", parse=_batch_points)
+
+
+def tune_parser(p) -> None:
+    """Let `--range -1:1` read as a value: argparse takes only plain negative numbers for values, and otherwise
+    anything starting with '-' for an option (this parser has no option that looks numeric)."""
     p._negative_number_matcher = re.compile(r"^-\d*\.?\d+(e-?\d+)?(:-?\d*\.?\d+(e-?\d+)?)?$")
 
 
@@ -592,13 +612,6 @@ def write_h5(path, res: dict, split: str = "train", **attrs) -> None:
             fh[f"{split}_acc"] = 100.0 * np.asarray(res["acc"], dtype=np.float64).T
         for k, v in attrs.items():
             fh.attrs[k] = v if isinstance(v, (int, float)) else str(v)
-
-
-def _batch_points(text: str):
-    import argparse
-    if text == "auto" or (text.isdigit() and int(text) > 0):
-        return text if text == "auto" else int(text)
-    raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a positive integer")
 
 
 def _range(text: str | None, default, flag: str = "--range"):
@@ -720,8 +733,27 @@ def _check(args):
         raise UserError(f"--dir-type states works with --plane random or pca and with --other, not {plane}")
 
 
-def run(args, bundle):
-    """The landscape probe on a rebuilt checkpoint; returns (JSON-able dict, Figure)."""
+def compute(bundle, opts: Options) -> dict:
+    """The loss and accuracy on a plane through the checkpoint's model (or on the line to ``opts.other``).
+
+    Args:
+        bundle: the rebuilt checkpoint (``common.rebuild``); the loss is its mean over ``bundle.X``.
+        opts: the options above (the plane, its range and grid, the directions' file, the outputs).
+    Returns:
+        ``surface``'s dict (coordinates a, b, loss, acc on the grid, marked points) or ``line``'s, with the
+        plane's settings and ``summary``; ``_figure`` holds what ``plot`` needs.
+
+    The evaluation against the exact answer (a quadratic loss on a plane: F(w + a d1 + b d2) = (a^2 + b^2) / 2):
+
+    >>> import torch
+    >>> w = torch.zeros(2, dtype=torch.float64)
+    >>> X, y = torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    >>> r = surface(lambda th, x: x @ th, w, torch.tensor([1.0, 0.0], dtype=torch.float64),
+    ...             torch.tensor([0.0, 1.0], dtype=torch.float64), (X, y), grid=3, loss="mse")
+    >>> [round(v, 9) for v in r["loss"][0]]           # a = -1, b = -1, 0, 1: (1 + b^2) / 2
+    [1.0, 0.5, 1.0]
+    """
+    args = opts
     _check(args)
     plane, states = args.plane, args.dir_type == "states"
     space, f, theta = (with_states(bundle.model, bundle.space, bundle.theta) if states
@@ -742,13 +774,9 @@ def run(args, bundle):
         res = {"mode": "line", "other": str(args.other), **common, **res}
         res["summary"] = {"loss_a": res["loss_a"], "loss_b": res["loss_b"], "distance": res["distance"],
                           "points": len(res["t"])}
-        fig = None
-        if args.plot:
-            fig = plot_line(res, log=bool(log))
-            from ..plots import title
-            title(fig, bundle.title(f"loss along the line to {Path(args.other).name} "
-                                    f"({len(res['t'])} points)"))
-        return res, fig
+        res["_figure"] = {"log": log, "title": bundle.title(f"loss along the line to {Path(args.other).name} "
+                                                           f"({len(res['t'])} points)")}
+        return res
 
     plane = "file" if args.directions else plane or "random"
     dir_kw = {"norm": args.norm or "filter", "ignore_1d": not args.include_1d}
@@ -803,23 +831,34 @@ def run(args, bundle):
     res["summary"] = {"center_loss": res["center_loss"], "center_acc": res["center_acc"],
                       "min_loss": float(np.nanmin(res["loss"])), "max_loss": float(np.nanmax(res["loss"])),
                       "grid": args.grid}
-    if not args.plot:
-        return res, None
-    fig = _new_figure((10, 4.8))
-    ax = fig.add_subplot(1, 2, 1)
-    if plane == "pca":
-        plot_trajectory(res, res["trajectory"], res["explained"], res["rounds"], ax=ax, vmax=args.vmax, log=log)
-    else:
-        plot_contour(res, ax=ax, vmax=args.vmax, log=log)
-    from ..plots import title
-    is_log = log if log is not None else nice_levels(_Z(res, "loss"))[1]
-    plot_surface3d(res, ax=fig.add_subplot(1, 2, 2, projection="3d"), vmax=args.vmax, log=is_log)
     how = {"random": f"random {dir_kw['norm']}-normalised plane (seed {args.seed})",
            "clients": f"plane through clients {extra.get('clients')}", "update": "last-update plane",
            "hessian": "plane of the top-2 Hessian eigenvectors", "pca": "PCA plane of the trajectory",
            "file": f"plane of {Path(str(args.directions)).name}"}[plane]
-    title(fig, bundle.title(f"loss landscape, {how}, {args.grid} x {args.grid} grid"))
-    return res, fig
+    res["_figure"] = {"log": log, "vmax": args.vmax,
+                      "title": bundle.title(f"loss landscape, {how}, {args.grid} x {args.grid} grid")}
+    return res
 
 
-CLI = {"landscape": (add_arguments, run)}
+def plot(result: dict, path) -> None:
+    """The surface as contours beside a 3-D view (the PCA plane: the trajectory over the contours), or the
+    line's loss and accuracy, saved at ``path``."""
+    from ..plots import save, title
+    opts = result["_figure"]
+    log = opts["log"]
+    if result["mode"] == "line":
+        fig = plot_line(result, log=bool(log))
+        title(fig, opts["title"])
+        save(fig, path)
+        return
+    fig = _new_figure((10, 4.8))
+    ax = fig.add_subplot(1, 2, 1)
+    if result["plane"] == "pca":
+        plot_trajectory(result, result["trajectory"], result["explained"], result["rounds"], ax=ax,
+                        vmax=opts["vmax"], log=log)
+    else:
+        plot_contour(result, ax=ax, vmax=opts["vmax"], log=log)
+    is_log = log if log is not None else nice_levels(_Z(result, "loss"))[1]
+    plot_surface3d(result, ax=fig.add_subplot(1, 2, 2, projection="3d"), vmax=opts["vmax"], log=is_log)
+    title(fig, opts["title"])
+    save(fig, path)

@@ -23,13 +23,14 @@ Readings chosen (the theorem is stated up to O(.)):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..config import arg_type
+from .options import Common, opt
 
 OPS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 DENSE_LIMIT = 1 << 22            # entries of the dense operator below which the spectral norm is exact
@@ -183,29 +184,49 @@ def margin_bound(model: nn.Module, space, theta: torch.Tensor, X: torch.Tensor, 
 
 
 # ---- command line ----------------------------------------------------------------------------------------
-def add_arguments(p):
-    p.add_argument("--margin", type=float, default=None,
-                   help="margin eps (default: the --quantile of the positive margins)")
-    p.add_argument("--quantile", type=arg_type(float, lo=0, hi=1), default=None,
-                   help="margin quantile used when --margin is not given (default: 0.1)")
-    p.add_argument("--p", type=float, default=0.05, help="confidence 1 - p")
-    p.add_argument("--perturb", choices=("auto", "none", "state", "sam"), default="auto",
-                   help="s: FedSMOO's global s from the checkpoint (state), a one-step SAM perturbation rho g/||g|| "
-                        "on the data (sam), none; auto = state when the checkpoint has s, else none")
-    p.add_argument("--rho", type=float, default=None,
-                   help="radius of --perturb sam (default: 0.05, SAM's radius, the same for every algorithm)")
-    p.add_argument("--width", type=arg_type(int, lo=1), default=None,
-                   help="d (default: the largest layer operator dimension)")
+HELP = "FedSMOO Thm 4.4's margin generalisation bound"
+DESCRIBE = ("The margin-based generalisation bound of FedSMOO Theorem 4.4 (spectral and Frobenius norms of the "
+            "layers, margin loss), at the checkpoint or at its SAM-perturbed point.")
+COST = ("cost: one pass over the samples, plus power iterations for the spectral norm of each large "
+        "convolution (--perturb sam adds one gradient).")
 
 
-def run(args, b):
+@dataclass
+class Options(Common):
+    margin: float | None = opt(None, "margin eps (default: the --quantile of the positive margins)")
+    quantile: float | None = opt(None, "margin quantile used when --margin is not given (default: 0.1)", lo=0, hi=1)
+    p: float = opt(0.05, "confidence 1 - p")
+    perturb: str = opt("auto", "s: FedSMOO's global s from the checkpoint (state), a one-step SAM perturbation "
+                       "rho g/||g|| on the data (sam), none; auto = state when the checkpoint has s, else none",
+                       choices=("auto", "none", "state", "sam"))
+    rho: float | None = opt(None, "radius of --perturb sam (default: 0.05, SAM's radius, the same for every "
+                            "algorithm)")
+    width: int | None = opt(None, "d (default: the largest layer operator dimension)", lo=1)
+
+
+def compute(b, opts: Options) -> dict:
+    """FedSMOO Theorem 4.4's bound at the checkpoint's model w (+ s, the chosen perturbation).
+
+    Args:
+        b: the rebuilt checkpoint (``common.rebuild``); FedSMOO's ``s`` is read from its algo_state.
+        opts: ``margin`` or ``quantile`` (eps), ``p`` (confidence 1 - p), ``perturb`` (auto | none | state |
+            sam), ``rho`` (radius of sam), ``width`` (d), ``seed`` (the spectral norms' power iterations).
+    Returns:
+        ``margin_bound``'s dict plus ``perturbation``, ``rho``/``rho_source`` (sam) and ``summary``.
+
+    The bound's norm term V_L (FedSMOO Eq. 16) against the exact answer: two layers with ||W||_2 = 2, 1 and
+    ||W||_F = 2, 3: (4 * 1) * (4/4 + 9/1):
+
+    >>> V_L([2.0, 1.0], [2.0, 3.0])
+    40.0
+    """
     from .common import refuse
-    if args.margin is not None:
-        refuse(args, ["quantile"], "with --margin (the quantile only chooses a default margin)")
-    if args.perturb != "sam":
-        refuse(args, ["rho"], f"with --perturb {args.perturb} (it is the radius of --perturb sam)")
-    args.quantile = 0.1 if args.quantile is None else args.quantile
-    s, how, rho = None, args.perturb, None
+    if opts.margin is not None:
+        refuse(opts, ["quantile"], "with --margin (the quantile only chooses a default margin)")
+    if opts.perturb != "sam":
+        refuse(opts, ["rho"], f"with --perturb {opts.perturb} (it is the radius of --perturb sam)")
+    quantile = 0.1 if opts.quantile is None else opts.quantile
+    s, how, rho = None, opts.perturb, None
     has = "s" in b.ckpt.get("algo_state", {})
     if how == "auto":
         how = "state" if has else "none"
@@ -216,19 +237,25 @@ def run(args, b):
         s = b.ckpt["algo_state"]["s"].to(b.theta)
     elif how == "sam":
         from .sharpness import DEFAULT_RHO, global_sharpness
-        rho = DEFAULT_RHO if args.rho is None else args.rho
+        rho = DEFAULT_RHO if opts.rho is None else opts.rho
         s = global_sharpness(b.f, b.theta, b.X, b.y, rho, return_delta=True)["delta"]
-    r = margin_bound(b.model, b.space, b.theta, b.X, b.y, margin=args.margin, p=args.p, s=s, width=args.width,
-                     quantile=args.quantile, seed=args.seed, f=b.f)
+    r = margin_bound(b.model, b.space, b.theta, b.X, b.y, margin=opts.margin, p=opts.p, s=s, width=opts.width,
+                     quantile=quantile, seed=opts.seed, f=b.f)
     r["perturbation"] = how
     if rho is not None:
-        r["rho"], r["rho_source"] = rho, "default" if args.rho is None else "--rho"
+        r["rho"], r["rho_source"] = rho, "default" if opts.rho is None else "--rho"
     r["summary"] = {k: r[k] for k in ("bound", "bound_explicit", "margin_loss", "margin", "V_L", "bias_free", "D")}
-    return r, plot(r, b.title(f"FedSMOO Thm 4.4 margin bound (perturbation {how}, p = {args.p:g})")) \
-        if args.plot else None
+    r["_title"] = b.title(f"FedSMOO Thm 4.4 margin bound (perturbation {how}, p = {opts.p:g})")
+    return r
 
 
-def plot(r: dict, title: str | None = None):
+def plot(result: dict, path) -> None:
+    """``draw`` of ``compute``'s result, saved at ``path``."""
+    from ..plots import save
+    save(draw(result, result.get("_title")), path)
+
+
+def draw(r: dict, title: str | None = None):
     import numpy as np
 
     from ..plots import figure, title as set_title
@@ -251,5 +278,3 @@ def plot(r: dict, title: str | None = None):
     set_title(fig, title)
     return fig
 
-
-CLI = {"margin": (add_arguments, run)}

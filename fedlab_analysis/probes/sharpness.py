@@ -24,13 +24,15 @@ run's own rho (it watches one run).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as Fn
 
 from ..errors import UserError
+from ..linalg import project, trust_region_max, unit  # noqa: F401  (trust_region_max re-exported)
 from .common import client_weights
-from ..config import arg_type
+from .options import Common, opt, resolve
 
 LOSSES = {"ce": Fn.cross_entropy, "mse": Fn.mse_loss}
 METHODS = ("one_step", "ascent", "quadratic")
@@ -110,51 +112,8 @@ class Mixture(Objective):
 
 
 # ---- inner maximisation over the rho-ball -----------------------------------------------------------------
-def _unit(v: torch.Tensor) -> torch.Tensor:
-    n = v.norm()
-    return v / n if n > 0 else torch.zeros_like(v)
-
-
-def _project(d: torch.Tensor, rho: float) -> torch.Tensor:
-    n = float(d.norm())
-    return d * (rho / n) if n > rho else d
-
-
-def trust_region_max(H: torch.Tensor, g: torch.Tensor, rho: float) -> torch.Tensor:
-    """argmax_{||d|| <= rho} g'd + d'Hd/2 for symmetric H (any sign), in float64.
-
-    KKT: (lam I - H) d = g, lam >= max(lambda_max(H), 0), lam (||d|| - rho) = 0. In the eigenbasis H = Q diag(a) Q',
-    ||d(lam)||^2 = sum_j (Q'g)_j^2 / (lam - a_j)^2 decreases on (a_max, inf); lam is found by bisection. The hard
-    case (g orthogonal to the top eigenspace, e.g. at a minimum) fills the remaining radius with a top
-    eigenvector; both candidates are formed and the one with the larger model value is returned, which also
-    covers a gradient that is zero only up to rounding."""
-    H64, g64 = H.detach().double(), g.detach().double()
-    a, Q = torch.linalg.eigh((H64 + H64.T) / 2)
-    c, amax = Q.T @ g64, float(a[-1])
-    top = a >= amax - 1e-9 * max(1.0, abs(amax))
-
-    def d_of(lam):
-        den = lam - a
-        return torch.where(den > 0, c / den.clamp_min(1e-300), torch.zeros_like(c))
-
-    def q(d):
-        return float(c @ d + 0.5 * (a * d * d).sum())
-
-    lo = max(amax, 0.0)
-    if lo > amax and float(d_of(lo).norm()) <= rho:          # concave and interior: lam = 0
-        return (Q @ d_of(lo)).to(g)
-    hi = lo + float(c.norm()) / rho + 1e-300
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if float(d_of(mid).norm()) > rho else (lo, mid)
-    cands = [_project(d_of(hi), rho)]
-    d0 = torch.where(top, torch.zeros_like(c), d_of(max(amax, 0.0)))
-    if amax >= 0 and float(d0.norm()) <= rho:               # hard case: lam = a_max
-        e = torch.zeros_like(c)
-        j = int(top.nonzero()[0])
-        e[j] = 1.0 if float(c[j]) >= 0 else -1.0
-        cands.append(d0 + math.sqrt(max(rho ** 2 - float(d0.norm()) ** 2, 0.0)) * e)
-    return (Q @ max(cands, key=q)).to(g)
+# normalise, project and the trust-region maximiser: fedlab_analysis/linalg.py (shared with the drift probe)
+_unit, _project = unit, project
 
 
 def maximise(F: Objective, theta: torch.Tensor, rho: float, method: str = "one_step", *, steps: int = 10,
@@ -282,7 +241,7 @@ def local_sharpness(f, theta, X, y, indices, rho: float, method: str = "one_step
 
 
 def training_rho(config: dict) -> float:
-    """The rho a run trained with (its --rho, or the papers' default 0.1: config.DEFAULTS)."""
+    """The rho a run trained with (its --rho, or the papers' default 0.1: algos.DEFAULTS)."""
     from ..config import RunConfig
     return float(RunConfig.from_dict(config).hp("rho"))
 
@@ -326,37 +285,61 @@ def make_hook(name: str = "sharpness", every: int = 1, steps=None, *, rho: float
     return hook
 
 
-# ---- command line ----------------------------------------------------------------------------------------
-def add_arguments(p):
-    p.add_argument("--rho", type=float, default=None, help=f"radius of the ball (default: {DEFAULT_RHO}, the same "
-                   "for every algorithm and checkpoint, so that results compare; not the run's training rho)")
-    p.add_argument("--method", choices=METHODS, default="ascent", help="inner maximiser")
-    p.add_argument("--steps", type=arg_type(int, lo=1), default=None, help=f"ascent steps m (default: {DEFAULT_STEPS})")
-    p.add_argument("--step-size", type=arg_type(float, lo=0, lo_open=True), default=None,
-                   help="ascent step length (default: rho)")
-    p.add_argument("--start", choices=("one_step", "random"), default=None,
-                   help="ascent start point (default: one_step)")
-    p.add_argument("--starts", type=arg_type(int, lo=1), default=None,
-                   help="with --start random: ascents from this many random points (seeds --seed, --seed + 1, ...); "
-                        "the estimate is their maximum, printed with their mean +- standard error (default: 1)")
-    p.add_argument("--local", action="store_true", help="also per-client sharpness and the Jensen gap "
-                   "(FedLESAM Eqs. 1-2) at the global model")
-    p.add_argument("--at-clients", action="store_true", help="the Jensen gap's Eq. (2) at the clients' last "
-                   "local models (needs a checkpoint that kept them)")
-    p.add_argument("--weights", choices=("uniform", "size"), default=None,
-                   help="client weights p_i of --local (default: uniform)")
-    p.add_argument("--batch-size", type=arg_type(int, lo=1), default=4096, help="samples per forward pass")
-    p.add_argument("--adaptive", action="store_true", help="also the adaptive sharpness of ASAM (Kwon et al. 2021, "
-                   "T_w = diag(|w| + eta)), invariant to rescalings of the weights, so flatness compares across "
-                   "models whose weights differ in scale")
-    p.add_argument("--adaptive-rho", type=float, default=None,
-                   help=f"radius of --adaptive in ASAM's normalised coordinates (default: {DEFAULT_ADAPTIVE_RHO}, "
-                        "ASAM's CIFAR-10 radius)")
-    p.add_argument("--eta", type=float, default=None, help=f"eta of --adaptive (default: {DEFAULT_ETA}, ASAM's)")
+# ---- the probe: options, compute, plot ----------------------------------------------------------------
+HELP = "SAM sharpness in a rho-ball; several CKPTs compared"
+DESCRIBE = ("max_{||delta|| <= rho} F(w + delta) - F(w), by SAM's one step, a projected ascent or the exact "
+            "quadratic model, at --rho (default 0.05 for every algorithm); --local adds each client's "
+            "sharpness and the Jensen gap between FedLESAM's Eq. (2) and Eq. (1). Several checkpoints "
+            "(probe sharpness A B ...) are measured at one radius, start and sample set and printed as one "
+            "table; --adaptive adds Kwon et al. 2021's scale-invariant adaptive sharpness.")
+COST = ("cost: --method one_step: 1 gradient + 1 pass; ascent: --steps + 1 gradients and about as many "
+        "passes; --local: the same for every client on its own data, plus the global mixture.")
+HOOK_NAMES = ("sharpness",)
 
 
-def run(args, b):
+@dataclass
+class Options(Common):
+    rho: float | None = opt(None, f"radius of the ball (default: {DEFAULT_RHO}, the same for every algorithm and "
+                            "checkpoint, so that results compare; not the run's training rho)")
+    method: str = opt("ascent", "inner maximiser", choices=METHODS)
+    steps: int | None = opt(None, f"ascent steps m (default: {DEFAULT_STEPS})", lo=1)
+    step_size: float | None = opt(None, "ascent step length (default: rho)", lo=0, lo_open=True)
+    start: str | None = opt(None, "ascent start point (default: one_step)", choices=("one_step", "random"))
+    starts: int | None = opt(None, "with --start random: ascents from this many random points (seeds --seed, "
+                             "--seed + 1, ...); the estimate is their maximum, printed with their mean +- "
+                             "standard error (default: 1)", lo=1)
+    local: bool = opt(False, "also per-client sharpness and the Jensen gap (FedLESAM Eqs. 1-2) at the global model")
+    at_clients: bool = opt(False, "the Jensen gap's Eq. (2) at the clients' last local models (needs a checkpoint "
+                           "that kept them)")
+    weights: str | None = opt(None, "client weights p_i of --local (default: uniform)", choices=("uniform", "size"))
+    batch_size: int = opt(4096, "samples per forward pass", lo=1)
+    adaptive: bool = opt(False, "also the adaptive sharpness of ASAM (Kwon et al. 2021, T_w = diag(|w| + eta)), "
+                         "invariant to rescalings of the weights, so flatness compares across models whose weights "
+                         "differ in scale")
+    adaptive_rho: float | None = opt(None, f"radius of --adaptive in ASAM's normalised coordinates (default: "
+                                     f"{DEFAULT_ADAPTIVE_RHO}, ASAM's CIFAR-10 radius)")
+    eta: float | None = opt(None, f"eta of --adaptive (default: {DEFAULT_ETA}, ASAM's)")
+
+
+def compute(b, opts: Options) -> dict:
+    """The global sharpness max_{||delta|| <= rho} F(w + delta) - F(w) of the checkpoint's model, optionally the
+    adaptive sharpness and the clients' sharpness with the Jensen gap (FedLESAM Eqs. 1-2).
+
+    Args:
+        b: the rebuilt checkpoint (``common.rebuild``); ``--local`` reads its partition and the full train set.
+        opts: ``rho``, ``method`` and the ascent's ``steps``/``step_size``/``start``/``starts``, ``local`` /
+            ``at_clients`` / ``weights``, ``batch_size``, ``adaptive`` / ``adaptive_rho`` / ``eta``, ``seed``.
+    Returns:
+        ``{rho, rho_source, settings, global, summary}`` and ``adaptive``, ``jensen`` when asked.
+
+    >>> import torch                  # F(w) = mean_j (x_j' w)^2 = ||w||^2 / 2 on X = I: exact sharpness known
+    >>> w, X = torch.tensor([3.0, 4.0], dtype=torch.float64), torch.eye(2, dtype=torch.float64)
+    >>> r = global_sharpness(lambda th, x: x @ th, w, X, torch.zeros(2, dtype=torch.float64), 0.5, loss="mse")
+    >>> round(r["sharpness"], 9)      # (||w|| + rho)^2 / 2 - ||w||^2 / 2 = 0.5 * 5 + 0.5^2 / 2
+    2.625
+    """
     from .common import refuse, require_clients
+    args = opts
     if args.method != "ascent":
         refuse(args, ["steps", "step_size", "start", "starts"], f"with --method {args.method} (they shape the ascent)")
     if args.start != "random":
@@ -365,9 +348,9 @@ def run(args, b):
         refuse(args, ["weights"], "without --local (they weight the clients of the Jensen gap)")
     if not args.adaptive:
         refuse(args, ["adaptive_rho", "eta"], "without --adaptive (they shape the adaptive sharpness)")
-    settings = _settings(args, b)
-    args.steps, args.start = args.steps or DEFAULT_STEPS, args.start or "one_step"
-    args.weights = args.weights or "uniform"
+    settings = _settings(opts, b)
+    args = resolve(opts, steps=opts.steps or DEFAULT_STEPS, start=opts.start or "one_step",
+                   weights=opts.weights or "uniform")
     rho = DEFAULT_RHO if args.rho is None else args.rho
     kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
     g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
@@ -404,7 +387,8 @@ def run(args, b):
         out["summary"].update(jensen_gap=out["jensen"]["gap"],
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
     what = f"sharpness, rho = {rho:g} ({args.method}{f', {args.steps} steps' if args.method == 'ascent' else ''})"
-    return out, plot(out, b.title(what)) if args.plot else None
+    out["_title"] = b.title(what)
+    return out
 
 
 def _settings(args, b) -> dict:
@@ -451,7 +435,7 @@ def _client_data(b, data_dir=None):
     return ds.x_train.to(b.theta), ds.y_train.to(b.theta.device)
 
 
-def plot(result: dict, title: str | None = None):
+def draw(result: dict, title: str | None = None):
     from ..plots import figure, integer_ticks, title as set_title
     fig, ax = figure(ncols=2 if "jensen" in result else 1, w=4.8, h=3.6)
     g = result["global"]
@@ -490,7 +474,34 @@ def plot_compare(results: list[dict]):
     return fig
 
 
-CLI = {"sharpness": (add_arguments, run)}
+def plot(result: dict, path) -> None:
+    """``draw`` of ``compute``'s result (``plot_compare`` of a comparison), saved at ``path``."""
+    from ..plots import save
+    save(plot_compare(result["results"]) if result.get("comparison") else draw(result, result.get("_title")), path)
+
+
+def compare(runs: list, paths: list) -> dict:
+    """``probe sharpness A B ...``: every checkpoint at the same radius, start and samples; one table.
+    ``runs``: ``(result, bundle)`` of each checkpoint in turn (an iterator: measured as the table is built),
+    all with the same options."""
+    results, index, dataset = [], None, None
+    for path, (r, b) in zip(paths, runs):
+        if dataset not in (None, r["dataset"]):
+            raise UserError(f"{path}: trained on {r['dataset']}, the first checkpoint on {dataset}; a sharpness "
+                            "comparison needs one data set")
+        dataset = r["dataset"]
+        ix = None if b.sample_index is None else sorted(b.sample_index.tolist())
+        r = {k: v for k, v in r.items() if not k.startswith("_")}
+        r["same_samples_as_first"] = index is None or ix == index
+        index = ix if index is None else index
+        results.append(r)
+    table = compare_table(results)
+    notes = [] if all(r["same_samples_as_first"] for r in results) else [
+        "the runs' partitions cover different samples, so their sample sets differ; use --data test for one set"]
+    return {"probe": "sharpness", "comparison": True, "checkpoints": [str(p) for p in paths],
+            "rho": results[0]["rho"], "settings": results[0]["settings"], "results": results, "notes": notes,
+            "summary": {r["checkpoint"]: r["global"]["sharpness"] for r in results},
+            "summary_text": table + "".join(f"\nnote: {n}" for n in notes)}
 
 
 # ---- adaptive (scale-invariant) sharpness ------------------------------------------------------------------

@@ -1,320 +1,70 @@
-"""Generalization gaps and uniform stability (FedInit App. B, Definition 11).
-
-    gap          test loss - train loss, train acc - test acc, train = the union of the clients' data
-    stability    Hardt et al. (2016) / FedInit Definition 11: train on C and on a neighbouring C~ (sample j* of
-                 client i* replaced by z'), with COUPLED randomness (same client draws, same minibatch indices,
-                 same init); report delta^T = ||w^T - w~^T|| and |f(w^T; z) - f(w~^T; z)| over a pool of points
-    recursion    per round t (FedInit's stability recursion, App. B):
-                   delta_0^t    = mean over the active clients of ||w_{i,0}^t - w~_{i,0}^t||       (start points)
-                   delta_K^t    = mean over the active clients of ||w_{i,K}^t - w~_{i,K}^t||       (after K steps)
-                   delta_last^t = (1/C) sum over ALL clients of ||w_i^last - w~_i^last|| (stale ones too; the paper's
-                                  delta^t_K, with w_i^last = w^0 before a client's first round)
-                   r_init^t  = delta_0^t / delta_last^{t-1}   the RI step, paper: <= 1 + 2 beta
-                   r_local^t = delta_K^t / delta_0^t          local steps, paper: <= prod_k (1 + eta L)
-                 (None while the denominator is 0, i.e. before the replaced sample has been used).
-
-The trainer draws every random number from (seed, round, client, purpose), so two Runs with one config share
-client draws and minibatch indices; the replacement z' has the label of z_{j*} so that label-based partitions
-give the same clients. The neighbour run is advanced round by round beside the base run (``Shadow``), which is
-how the training hook measures stability during a real run. Memory: the probe (``uniform_stability``) holds two
-runs at a time, the base and one neighbour: the pairs are trained one after the other, the base retrained for
-each (the same numbers, checked), and delta_last keeps one norm per client rather than two [m, P] tables. The
-training hook advances all its pairs beside the one run it watches, so it holds 1 + pairs runs.
-"""
+"""The generalization gap of a model: train/test loss and accuracy (FedInit App. B). The coupled retraining that
+measures uniform stability (FedInit Definition 11) is a study: fedlab_analysis/studies/stability.py, which
+also serves ``probe stability`` and the ``gap``/``stability`` training hooks."""
 from __future__ import annotations
 
 import dataclasses
-import gc
+from dataclasses import dataclass
 
-import numpy as np
-import torch
-import torch.nn.functional as F
 
 from ..errors import UserError
-from ..config import arg_type
+from .common import generalization_gap, loss_acc, refuse, sample_losses, select_data  # noqa: F401
+from .options import Common, opt
 
 
-# ---- generalization gap ------------------------------------------------------------------------------------
-@torch.no_grad()
-def loss_acc(f, theta, X, y, batch_size: int = 2048) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of f(theta, .) on (X, y)."""
-    if len(y) == 0:
-        raise UserError("the gap needs at least one sample on each side; check --data / --samples")
-    from .common import chunks
-    loss = correct = 0.0
-    sizes = chunks(f, len(y), batch_size)         # BatchNorm train mode: whole groups within one client
-    for x, t in zip(X.split(sizes), y.split(sizes)):
-        out = f(theta, x)
-        loss += float(F.cross_entropy(out, t, reduction="sum"))
-        correct += float((out.argmax(1) == t).sum())
-    return loss / len(y), correct / len(y)
+# ---- the probe: options, compute, plot ----------------------------------------------------------------
+HELP = "generalisation gap, stability by retraining"
+DESCRIBE = ("Retrains the run on a neighbouring data set (one sample replaced) with coupled randomness and "
+            "reports the parameter distance and loss differences (FedInit App. B, Definition 11), and the "
+            "train/test generalisation gap.")
+COST = ("cost: retrains from round 0: --pairs x 2 coupled runs x --rounds rounds (the pairs one after "
+        "the other, so memory is that of two runs), each round about the trainer's round time; plus one "
+        "pass over the train and test data.")
+IGNORES = (("data", "samples"), "with the stability probe (it retrains on the clients' data and evaluates the full "
+                                "train and test sets)")
+HOOK_NAMES = ("gap", "stability")
 
 
-def generalization_gap(f, theta, X_train, y_train, X_test, y_test, batch_size: int = 2048) -> dict:
-    """Train/test loss and accuracy of w and the two gaps (test - train loss, train - test accuracy)."""
-    tl, ta = loss_acc(f, theta, X_train, y_train, batch_size)
-    vl, va = loss_acc(f, theta, X_test, y_test, batch_size)
-    return {"train_loss": tl, "train_acc": ta, "test_loss": vl, "test_acc": va,
-            "gap_loss": vl - tl, "gap_acc": ta - va, "n_train": len(y_train), "n_test": len(y_test)}
+@dataclass
+class Options(Common):
+    rounds: int | None = opt(None, "rounds of the neighbouring retraining (default: the checkpoint's round; 0 = only "
+                             "the train-test gap)")
+    pairs: int | None = opt(None, "neighbouring data sets (client i*, sample j*) to draw (default: 1)")
+    client: int | None = opt(None, "client i* whose sample is replaced (default: random)")
+    pool: int | None = opt(None, "test points over which |f(w;z) - f(w~;z)| is taken (default: 1000)", lo=1)
 
 
-@torch.no_grad()
-def sample_losses(f, theta, X, y, batch_size: int = 2048) -> torch.Tensor:
-    return torch.cat([F.cross_entropy(f(theta, x), t, reduction="none")
-                      for x, t in zip(X.split(batch_size), y.split(batch_size))])
+def compute(b, opts: Options) -> dict:
+    """The checkpoint's train/test gap and, with ``rounds`` > 0, the uniform stability of its training.
 
-
-# ---- neighbouring data sets --------------------------------------------------------------------------------
-def draw_pair(ds, indices, seed: int = 0, client: int | None = None) -> dict:
-    """A neighbour of the training set: client i* (uniform, or ``client``), sample j* uniform in its data, and
-    z' a test sample of the same label (uniform). Returns {client, index (into x_train), test_index}."""
-    rng = np.random.default_rng(seed)
-    m = len(indices)
-    i = int(rng.integers(m)) if client is None else int(client)
-    if not 0 <= i < m:
-        raise UserError(f"--client {i} names no client; clients are 0..{m - 1}")
-    j = int(np.asarray(indices[i])[rng.integers(len(indices[i]))])
-    same = (ds.y_test == ds.y_train[j]).nonzero().flatten().numpy()
-    if len(same) == 0:
-        raise UserError(f"no test sample has label {int(ds.y_train[j])} to replace training sample {j}; "
-                        "pass --client to pick another client")
-    return {"client": i, "index": j, "test_index": int(same[rng.integers(len(same))])}
-
-
-def neighbour(ds, index: int, x_new: torch.Tensor, y_new) -> object:
-    """A copy of ``ds`` with training sample ``index`` replaced by (x_new, y_new)."""
-    X, Y = ds.x_train.clone(), ds.y_train.clone()
-    X[index] = torch.as_tensor(x_new, dtype=X.dtype)
-    Y[index] = int(y_new)
-    return dataclasses.replace(ds, x_train=X, y_train=Y)
-
-
-def _ratio(a: float, b: float):
-    return a / b if b > 0 else None
-
-
-class Shadow:
-    """The run on the neighbouring data set, advanced one round per round of the base run (coupled randomness).
-
-    ``pair`` = {client, index, test_index} (``draw_pair``) or {index, x, y}; ``idx`` the base run's client
-    indices (checked to be unchanged). ``advance(base, ctx, x)`` is called with the base run right after its
-    round (the ``"round"`` callback) and returns the row of that round."""
-
-    def __init__(self, cfg, ds, pair: dict, idx):
-        from ..trainers.engine import Run
-        j = int(pair["index"])
-        x_new, y_new = (ds.x_test[pair["test_index"]], ds.y_test[pair["test_index"]]) if "test_index" in pair \
-            else (pair["x"], pair["y"])
-        self.j = j
-        self.z = (ds.x_train[j:j + 1], ds.y_train[j:j + 1])
-        self.z_new = (torch.as_tensor(x_new, dtype=ds.x_train.dtype)[None], torch.as_tensor([int(y_new)]))
-        self.run = Run(cfg, dataset=neighbour(ds, j, x_new, y_new))
-        if len(self.run.idx) != len(idx) or any(not torch.equal(a, b) for a, b in zip(self.run.idx, idx)):
-            raise UserError("the neighbouring data set changed the client partition; pick a replacement with the "
-                            "same label (draw_pair does) so that the two runs stay coupled")
-        self.client = next(i for i, ix in enumerate(idx) if bool((ix == j).any()))
-        self.pair = {"client": self.client, "index": j,
-                     **({"test_index": int(pair["test_index"])} if "test_index" in pair else {})}
-        # ||w_i^last - w~_i^last|| per client: 0 before a client's first round (both runs start at the same w^0),
-        # then the distance of its latest final local models; one number per client, not two [m, P] tables
-        self.dist_last = torch.zeros(self.run.m, dtype=torch.float64)
-        self.delta_last, self.touches, self.x = 0.0, 0, None
-        self.run.callbacks.append(self._capture)
-
-    def _capture(self, event, run, ctx, x):
-        if event == "round":
-            self.x = x.detach().clone()
-
-    def advance(self, base, ctx, x) -> dict:
-        ctx2 = self.run.round()
-        if not torch.equal(ctx.S.cpu(), ctx2.S.cpu()) or any(
-                not torch.equal(a, b) for ba, bb in zip(ctx.batches, ctx2.batches) for a, b in zip(ba, bb)):
-            raise UserError("the two runs drew different clients or minibatches; the stability probe needs "
-                            "coupled randomness (same config and seed)")
-        j, active = self.j, ctx.S.tolist()
-        if self.client in active:
-            jj = active.index(self.client)
-            self.touches += sum(int((b == j).sum()) for b in ctx.batches[jj])
-        d0 = float((ctx.x0 - ctx2.x0).norm(dim=1).mean())
-        dK = float((x - self.x).norm(dim=1).mean())
-        r_init = _ratio(d0, self.delta_last)
-        self.dist_last[ctx.S.cpu()] = (x - self.x).norm(dim=1).double().cpu()
-        self.delta_last = float(self.dist_last.mean())
-        return {"round": base.t, "delta_w": float((base.w - self.run.w).norm()), "delta_0": d0, "delta_K": dK,
-                "delta_last": self.delta_last, "r_init": r_init, "r_local": _ratio(dK, d0),
-                "touches": self.touches, "client_active": self.client in active}
-
-    def losses(self, base, pool) -> dict:
-        """|f(w; z) - f(w~; z)| over the pool, and at the replaced point z_{j*} and its replacement z'."""
-        base.model.eval()
-        self.run.model.eval()
-        out = {}
-        for key, (X, y) in {"pool": pool, "z": self.z, "z_new": self.z_new}.items():
-            X, y = X.to(base.X), y.to(base.Y.device)
-            d = (sample_losses(base.forward, base.w, X, y) - sample_losses(self.run.forward, self.run.w, X, y)).abs()
-            out[f"loss_diff_{key}_mean"] = float(d.mean())
-            out[f"loss_diff_{key}_max"] = float(d.max())
-        return out
-
-
-def ri_beta(cfg) -> float:
-    """beta of relaxed initialisation when the run uses it (FedInit, --ri), else 0."""
-    return float(cfg.hp("beta")) if cfg.ri or cfg.algo == "fedinit" else 0.0
-
-
-def _pool(run, pool: int | None, seed: int):
-    """The loss-difference pool: ``pool`` test points drawn with ``seed`` (all of them when None)."""
-    n = len(run.Yte)
-    ix = torch.arange(n) if pool is None or pool >= n else \
-        torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:pool]
-    return run.Xte[ix.to(run.device)], run.Yte[ix.to(run.device)]
-
-
-# ---- training hooks ------------------------------------------------------------------------------------------
-def make_hook(name: str = "stability", every: int = 1, steps=None, *, pairs=1, seed: int = 0,
-              client: int | None = None, pool: int | None = 1000, samples: int | None = None):
-    """``name="gap"``: every ``every`` rounds, the train-test gap of w^{t+1} (train = the union of the clients'
-    data, or the run's fixed subset ``run.eval_train`` with ``samples``). ``name="stability"``: ``pairs``
-    neighbouring runs (an int: drawn with ``seed``, seed+1, ...; or a list of pair dicts) advanced beside the
-    run every round; rows hold the recursion distances each round and the pool loss differences every ``every``
-    rounds. ``steps`` is accepted for a uniform signature (both probes work per round). Rows in ``hook.rows``."""
-    if name == "gap":
-        def gap_hook(event, run, ctx, x):
-            if event != "round" or run.t % every:
-                return
-            ix = run.eval_train[:samples] if samples else torch.cat(run.idx).unique()
-            run.model.eval()
-            g = generalization_gap(run.forward, run.w, run.X[ix], run.Y[ix], run.Xte, run.Yte)
-            gap_hook.rows.append({"probe": "gap", "round": run.t, **g})
-        gap_hook.rows = []
-        return gap_hook
-    if name != "stability":
-        raise UserError(f"unknown hook {name!r} in probes.stability; use gap or stability")
-
-    def hook(event, run, ctx, x):
-        if event != "round":
-            return
-        if hook.shadows is None:
-            if run.t != 1:
-                raise UserError("the stability probe retrains from round 0; attach its hook before the first "
-                                "round (it cannot join a resumed run)")
-            plist = pairs if isinstance(pairs, list) else \
-                [draw_pair(run.ds, run.part.indices, seed + p, client) for p in range(int(pairs))]
-            hook.shadows = [Shadow(run.cfg, run.ds, p, run.idx) for p in plist]
-            hook.pool = _pool(run, pool, seed)
-        for p, sh in enumerate(hook.shadows):
-            row = {"probe": "stability", "pair": p, **sh.pair, **sh.advance(run, ctx, x)}
-            if run.t % every == 0 or run.t == run.cfg.rounds:
-                row.update(sh.losses(run, hook.pool))
-            hook.rows.append(row)
-
-    hook.rows, hook.shadows, hook.pool = [], None, None
-    return hook
-
-
-# ---- the probe as a function ---------------------------------------------------------------------------------
-def summarise(rows: list[dict], beta: float = 0.0) -> dict:
-    """Final distances and loss differences over the pairs, and the growth ratios of the recursion."""
-    final = {}
-    for r in rows:
-        final[r["pair"]] = r
-    fin = list(final.values())
-    ratios = lambda key: [r[key] for r in rows if r[key] is not None]
-    se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None  # noqa: E731
-    out = {"pairs": len(fin), "delta_T_mean": float(np.mean([r["delta_w"] for r in fin])),
-           "delta_T_stderr": se([r["delta_w"] for r in fin]),
-           "delta_T_max": float(max(r["delta_w"] for r in fin)),
-           "touches_mean": float(np.mean([r["touches"] for r in fin])),
-           "r_init_max": max(ratios("r_init"), default=None), "r_local_max": max(ratios("r_local"), default=None),
-           "paper_r_init_bound": 1 + 2 * beta}
-    if "loss_diff_pool_mean" in fin[0]:
-        out.update(eps_pool_mean=float(np.mean([r["loss_diff_pool_mean"] for r in fin])),
-                   eps_pool_stderr=se([r["loss_diff_pool_mean"] for r in fin]),
-                   eps_pool_max=float(max(r["loss_diff_pool_max"] for r in fin)),
-                   loss_diff_z_mean=float(np.mean([r["loss_diff_z_mean"] for r in fin])))
-    return out
-
-
-def uniform_stability(cfg, rounds: int | None = None, pairs=1, *, seed: int = 0, client: int | None = None,
-                      pool: int | None = 1000, every: int | None = None, dataset=None, keep_runs: bool = False,
-                      callbacks=()) -> dict:
-    """Train ``cfg`` and ``pairs`` neighbouring runs for ``rounds`` rounds (default cfg.rounds) in lock-step with
-    coupled randomness (Hardt et al. 2016; FedInit Definition 11). Returns ``rows`` (one per pair and round),
-    ``summary`` (``summarise``), the base run's final train-test ``gap``, and with ``keep_runs`` the Run objects
-    of the last pair (``base``, ``shadow``).
-    Two runs at a time: the pairs are trained one after the other, each beside a fresh base run (the base runs of
-    all pairs are the same run, checked bit for bit), so memory stays that of two runs for any number of pairs.
-    ``callbacks`` are attached to the first base run (e.g. ``make_hook("gap")``)."""
-    cfg = dataclasses.replace(cfg, rounds=int(rounds or cfg.rounds), quiet=True)
-    from ..trainers.engine import Run
-    from .common import bar
-    base = Run(cfg, dataset=dataset)
-    plist = pairs if isinstance(pairs, list) else \
-        [draw_pair(base.ds, base.part.indices, seed + p, client) for p in range(int(pairs))]
-    if not plist:
-        raise UserError("the stability probe needs at least one neighbouring pair (--pairs >= 1)")
-    rows, pair_info, w_first, hook = [], [], None, None
-    with bar(cfg.rounds * len(plist), "stability: coupled rounds (2 runs at a time)", "round") as pb:
-        for p, pair in enumerate(plist):
-            if p:                                         # the previous pair's two runs go before the next come
-                del hook, base
-                gc.collect()                              # (a Shadow and its Run refer to each other)
-                base = Run(cfg, dataset=dataset)
-            hook = make_hook("stability", every or cfg.rounds, pairs=[pair], seed=seed, client=client, pool=pool)
-            base.callbacks += [hook, *(callbacks if p == 0 else ())]
-            for _ in range(cfg.rounds):
-                base.round()
-                pb.update(1)
-            rows += [{**r, "pair": p} for r in hook.rows]
-            pair_info.append(hook.shadows[0].pair)
-            if w_first is None:
-                w_first = base.w.clone()
-            elif not torch.equal(base.w, w_first):
-                raise UserError("the base run differed between pairs; the stability probe needs a deterministic "
-                                "trainer (same config and seed give the same run)")
-    base.model.eval()
-    union = torch.cat(base.idx).unique()
-    out = {"rounds": cfg.rounds, "beta": ri_beta(cfg), "pairs": pair_info,
-           "rows": rows, "summary": summarise(rows, ri_beta(cfg)),
-           "gap": generalization_gap(base.forward, base.w, base.X[union], base.Y[union], base.Xte, base.Yte)}
-    if keep_runs:
-        out.update(base=base, shadow=hook.shadows[0])
-    return out
-
-
-# ---- command line ----------------------------------------------------------------------------------------
-def add_arguments(p):
-    p.add_argument("--rounds", type=int, default=None, help="rounds of the neighbouring retraining (default: "
-                   "the checkpoint's round; 0 = only the train-test gap)")
-    p.add_argument("--pairs", type=int, default=None,
-                   help="neighbouring data sets (client i*, sample j*) to draw (default: 1)")
-    p.add_argument("--client", type=int, default=None, help="client i* whose sample is replaced (default: random)")
-    p.add_argument("--pool", type=arg_type(int, lo=1), default=None,
-                   help="test points over which |f(w;z) - f(w~;z)| is taken (default: 1000)")
-
-
-def run(args, b):
+    Args:
+        b: the rebuilt checkpoint (``common.rebuild``); its config is retrained from round 0.
+        opts: ``rounds`` (default the checkpoint's round; 0 = the gap only), ``pairs``, ``client``, ``pool``,
+            ``seed`` (the pairs' draws), ``data_dir``.
+    Returns:
+        ``{gap, summary}`` and ``stability`` (``uniform_stability``'s dict, with
+        ``base_matches_checkpoint_max_abs`` when the retrained base run should equal the checkpoint).
+    """
     from ..config import RunConfig
     from ..data import load_dataset
-    from .common import select_data
-    ds = load_dataset(b.config["dataset"], data_dir=args.data_dir or b.config.get("data_dir"), seed=b.config["seed"])
+    ds = load_dataset(b.config["dataset"], data_dir=opts.data_dir or b.config.get("data_dir"), seed=b.config["seed"])
     (Xtr, ytr), (Xte, yte) = (select_data(ds, b.ckpt, s, by_client=b.bn_mode == "train") for s in ("train", "test"))
     to = {"device": b.theta.device, "dtype": b.theta.dtype}
     gap = generalization_gap(b.f, b.theta, Xtr.to(**to), ytr.to(b.theta.device), Xte.to(**to), yte.to(b.theta.device))
-    R = int(b.ckpt["round"]) if args.rounds is None else args.rounds
+    R = int(b.ckpt["round"]) if opts.rounds is None else opts.rounds
     out = {"gap": gap, "summary": {"gap_loss": gap["gap_loss"], "gap_acc": gap["gap_acc"], "n_train": gap["n_train"],
                                    "n_test": gap["n_test"]}}
     if R == 0:
-        from .common import refuse
-        refuse(args, ["pairs", "client", "pool"], "with --rounds 0 (no neighbouring run is trained)")
-    args.pairs = 1 if args.pairs is None else args.pairs
-    args.pool = 1000 if args.pool is None else args.pool
-    if R < 0 or args.pairs < 1:
-        raise UserError(f"--rounds must be >= 0 and --pairs >= 1 (got {args.rounds}, {args.pairs})")
+        refuse(opts, ["pairs", "client", "pool"], "with --rounds 0 (no neighbouring run is trained)")
+    pairs = 1 if opts.pairs is None else opts.pairs
+    pool = 1000 if opts.pool is None else opts.pool
+    if R < 0 or pairs < 1:
+        raise UserError(f"--rounds must be >= 0 and --pairs >= 1 (got {opts.rounds}, {pairs})")
     if R > 0:
         cfg = dataclasses.replace(RunConfig.from_dict(b.config), device=str(b.theta.device),
-                                  data_dir=args.data_dir or b.config.get("data_dir"))
-        st = uniform_stability(cfg, R, args.pairs, seed=args.seed, client=args.client, pool=args.pool,
+                                  data_dir=opts.data_dir or b.config.get("data_dir"))
+        from ..studies.stability import uniform_stability
+        st = uniform_stability(cfg, R, pairs, seed=opts.seed, client=opts.client, pool=pool,
                                dataset=ds, keep_runs=True)
         base = st.pop("base")
         st.pop("shadow")
@@ -328,11 +78,17 @@ def run(args, b):
                                            "neighbouring runs' distance at the relaxed initialisation (FedInit "
                                            "App. B; the paper bounds it by 1 + 2 beta); null before the replaced "
                                            "sample is used; stderr needs --pairs >= 2")
-    return out, plot(out, b.title(f"generalization gap and uniform stability ({R} coupled rounds)")) \
-        if args.plot else None
+    out["_title"] = b.title(f"generalization gap and uniform stability ({R} coupled rounds)")
+    return out
 
 
-def plot(result: dict, title: str | None = None):
+def plot(result: dict, path) -> None:
+    """``draw`` of ``compute``'s result, saved at ``path``."""
+    from ..plots import save
+    save(draw(result, result.get("_title")), path)
+
+
+def draw(result: dict, title: str | None = None):
     from ..plots import figure
     st = result.get("stability")
     fig, ax = figure(ncols=2 if st else 1)
@@ -354,4 +110,9 @@ def plot(result: dict, title: str | None = None):
     return fig
 
 
-CLI = {"stability": (add_arguments, run)}
+
+def make_hook(name: str = "stability", every: int = 1, steps=None, **kw):
+    """The ``gap``/``stability`` training hook: the study's (studies/stability.py ``make_hook``), which retrains
+    the neighbouring runs beside the run it watches."""
+    from ..studies.stability import make_hook as study_hook
+    return study_hook(name, every, steps, **kw)

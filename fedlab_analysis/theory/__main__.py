@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from ..cli import guard, out_dir
-from ..config import arg_type
-from ..errors import ArgParser, UserError
+from ..rules import arg_type
+from ..errors import UserError
+from ..options import ArgParser
 from . import power, untested
 from .claims import counts, over_seeds, to_markdown, write_report
 

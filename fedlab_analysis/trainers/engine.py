@@ -13,7 +13,9 @@ A round, top to bottom:
 The client side (start .. client_end: Run.clients) takes every active client at once, or, where the memory plan
 (plan.py) or --client-chunk says so, C of them at a time (Run.chunks): each chunk's [C, P] buffers reused, and the
 server step reads what it needs of the clients as sums over the chunks (RoundCtx.add / total / mean).
-All algorithm state lives in ``run.state`` as flat tensors or [m, P] tables (``Run.table``, on --state-device).
+Each part owns its state (``part.state``, declared as slots: trainers/state.py), allocated here: [P] vectors and
+[m, P] tables (``Run.table``, on --state-device); ``run.state`` reads them all by name. A part's round constants are
+its attributes, set in round_start and cleared at the round's end (``Run.release``).
 
 The gradients of a step come from ``Run.grads``: ``--client-parallel loop`` takes one client after the other,
 ``vmap`` all active clients in one ``torch.func.vmap(grad(...))`` call over their stacked parameters. Both read the
@@ -23,10 +25,10 @@ short batch is padded and its mean loss re-weighted, so the two modes agree to f
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -35,12 +37,16 @@ import torch.nn.functional as F
 from ..checkpoint import load_weights
 from ..config import RunConfig
 from ..data import Dataset, load_dataset, partition
-from ..data.augment import aug_apply, aug_draw
+from ..data.augment import aug_apply
 from ..device import resolve
 from ..errors import UserError
 from ..models import build_model, model_spec
-from ..params import ParamSpace
+from ..params import ParamSpace, functional
+from . import sampling
+from .algorithms import build
 from .rng import generator
+from .state import allocate
+from .views import PartView, RunView, StepView
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha", "min_size"),
@@ -72,7 +78,8 @@ class RoundCtx:
     I: torch.Tensor | None = None     # padded minibatch indices [n, max K_i, max B] (Run._pad)
     W: torch.Tensor | None = None     # mean-loss weights of padded batches, or None when all are full
     padded: list = field(default_factory=list)  # padded[k]: some active batch at step k is short
-    extra: dict = field(default_factory=dict)   # per-round values of the algorithm; a tensor [n, ...] is per client
+    buf: torch.Tensor | None = None   # each active client's BatchNorm buffers [n, P_buf] (models with them)
+    fixed: dict | None = None         # --compile: the round's batch tables padded to one shape (Run._fixed)
     segs: list = field(default_factory=list)    # (a, b, device rows, host rows): steps a..b-1 of the clients K_i > a
     per: dict = field(default_factory=dict)     # what the server step reads, per client [n, ...] (RoundCtx.add)
     sums: dict | None = None          # a chunked round's running sums over its chunks of the same (shared by them)
@@ -102,22 +109,15 @@ class RoundCtx:
 
     def take(self, rows: torch.Tensor, host: list, Kmin: int) -> "RoundCtx":
         """The round restricted to the clients at ``rows`` (``host``: the same as Python ints), all of which step
-        until step ``Kmin``: S, K, batches, draws, x0 and every per-client tensor of ``extra`` (``per_client``) as
-        their rows (gathered; a broadcast one stays broadcast), so its steps take every row and no masks."""
+        until step ``Kmin``: S, K, batches, draws, x0 and the BatchNorm buffers as their rows (gathered), so its
+        steps take every row and no masks (the parts' per-client round constants: Algorithm.take)."""
         h = torch.tensor(host, dtype=torch.long)
-        extra = {k: (v[:len(host)] if v.stride(0) == 0 else v.index_select(0, rows)) if per_client(v, self.n) else v
-                 for k, v in self.extra.items()}
         sub = lambda v: None if v is None else v.index_select(0, rows)      # noqa: E731
         return dataclasses.replace(
             self, S=self.S[h], K=self.K[h], batches=[self.batches[j] for j in host], aug=sub(self.aug),
             x0=sub(self.x0), active=None, all_on=True, rows=None, rows_host=None, K_dev=self.K_dev[rows], Kmin=Kmin,
             act=self.act.index_select(1, rows), row_at={}, sizes=[self.sizes[j] for j in host],
-            S_dev=self.S_dev[rows], I=self.I.index_select(0, rows), W=sub(self.W), extra=extra, segs=[])
-
-
-def per_client(v, n: int) -> bool:
-    """A per-client value of ``RoundCtx.extra``: a tensor [n, ...] of at least two dimensions (one row a client)."""
-    return torch.is_tensor(v) and v.dim() >= 2 and len(v) == n
+            S_dev=self.S_dev[rows], I=self.I.index_select(0, rows), W=sub(self.W), buf=sub(self.buf), segs=[])
 
 
 def with_dataset(cfg: RunConfig, dataset: Dataset | None) -> RunConfig:
@@ -139,9 +139,8 @@ class Run:
     def __init__(self, cfg: RunConfig, algo=None, dataset: Dataset | None = None, init=None):
         """``init``: start weights as a state dict (name -> tensor) or a path (see ``--init``); None takes
         ``cfg.init``; False starts from the seeded initialisation even if ``cfg.init`` is set (a resume)."""
-        from . import ALGORITHMS
         self.cfg = cfg = with_dataset(cfg, dataset).validate()
-        self.algo = algo or ALGORITHMS[cfg.algo](cfg)
+        self.algo = algo or build(cfg)
         self.dtype, self.device = DTYPES[cfg.dtype], resolve(cfg.device)
         # ---- data, resident on the device -------------------------------------------------------
         self.ds = dataset or load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)
@@ -170,6 +169,9 @@ class Run:
         self.buf = self.bspace.flatten(dict(self.model.named_buffers())).detach().clone() \
             if self.bspace.P else torch.zeros(0, dtype=self.dtype, **dev)
         self._int_bufs = {n: b for n, b in self.model.named_buffers() if not b.is_floating_point()}
+        # f(named params, x, flat buffers): built once; the engine always passes the parameters as named tensors
+        # (unflattened with run.space, which FedALS and a resume may replace by an equal layout)
+        self._f = functional(self.model, self.space, bspace=self.bspace)
         if init is not None and init is not False and cfg.init:
             raise UserError(f"--init: given twice ({cfg.init!r} and init=); pass one of them")
         init = cfg.init if init is None else init
@@ -184,10 +186,12 @@ class Run:
         # ---- state ------------------------------------------------------------------------------
         self.m = len(self.idx)
         self.t = 0                                   # rounds completed
-        self.state: dict[str, torch.Tensor] = {}
         self.n_grads = 0                             # forward/backward passes, for the mechanics tests
-        self.callbacks: list = []
+        self.callbacks: list = []                    # cb(event, RunView, StepView, x): trainers/views.py
+        self.view = RunView(self)                    # what callbacks see of this run
+        self.face = PartView(self)                   # what the algorithm's parts see of it (trainers/views.py)
         self.out = None                              # the run directory of the latest train() call, if any
+        self.trainer = None                          # the loop that trained it (loop.train sets it): Run.advance
         self.last_row = None                         # the latest metrics row
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
         self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
@@ -215,10 +219,20 @@ class Run:
         self.state_device = self.device if cfg.state_device == "run" else torch.device("cpu")
         self.last_local = self.table().copy_(self.w) if keep else None
         self.last_round = torch.full((self.m,), -1, dtype=torch.long, device=self.device)
+        if any(p.state is not None for p in self.algo.parts):   # its parts hold one run's state
+            raise ValueError("Run(algo=...): this Algorithm already belongs to another Run; build one per run")
+        for p in self.algo.parts:                    # each part's declared state (trainers/state.py), on its device
+            p.state = allocate(self, p.name, p.slots)
         self.algo.init(self)
         self.chunk = self._chunk()
         if self.chunk is not None:                   # the plan's chunk is recorded, as the parallel mode is
             self.cfg = dataclasses.replace(self.cfg, client_chunk=self.chunk)
+
+    @property
+    def state(self):
+        """Every part's state by name (read-only mapping; names are unique within an algorithm): what a checkpoint
+        saves as ``algo_state``. A part writes its own, ``part.state``."""
+        return MappingProxyType(dict(self.algo.state_items()))
 
     def _chunk(self) -> int | None:
         """How many active clients a round trains at once (Run.chunks): --client-chunk, or the memory plan's choice
@@ -338,102 +352,33 @@ class Run:
     def lr_at(self, t: int) -> float:
         return self.cfg.lr * self.cfg.lr_decay ** t
 
-    # ---- client sampling and minibatches ----------------------------------------------------------
+    # ---- client sampling and minibatches (sampling.py) -------------------------------------------------
     def sample_clients(self, t: int) -> torch.Tensor:
-        cfg, m = self.cfg, self.m
-        g = generator(cfg.seed, t, purpose="sample")
-        if cfg.sampling == "fixed" or cfg.active_ratio >= 1:
-            n = max(1, round(cfg.active_ratio * m))
-            return torch.randperm(m, generator=g)[:n].sort().values
-        while True:                                  # the simulator: Bernoulli(p) each, redraw if empty
-            on = torch.rand(m, generator=g, dtype=torch.float64) <= cfg.active_ratio
-            if on.any():
-                return on.nonzero().flatten()
+        return sampling.sample_clients(self.cfg, self.m, t)
 
     def local_steps(self, i: int) -> int:
-        cfg = self.cfg
-        if self.algo.K is not None:
-            return self.algo.K
-        if cfg.local_steps is not None:
-            return cfg.local_steps
-        return max(1, round(cfg.local_epochs * math.ceil(int(self.n_i[i]) / cfg.batch_size)))
+        return sampling.local_steps(self.cfg, int(self.n_i[i]), self.algo.K)
 
     def batches(self, t: int, i: int, K: int) -> list[torch.Tensor]:
-        """K minibatches of client i in round t (host index tensors, drawn on the CPU generator whatever the run's
-        device, so every device sees the same batches): reshuffle every epoch; epochs keep the last partial batch
-        (a DataLoader with shuffle=True), --local-steps draws full batches from consecutive permutations."""
-        g, ix, B = generator(self.cfg.seed, t, i, "batch"), self.idx[i], self.cfg.batch_size
-        n = len(ix)
-        out = []
-        if self.cfg.local_steps is None:
-            while len(out) < K:
-                perm = ix[torch.randperm(n, generator=g)]
-                out.extend(perm.split(B))
-            return out[:K]
-        need = K * min(B, n)
-        reps = -(-need // n)
-        perm = torch.cat([ix[torch.randperm(n, generator=g)] for _ in range(reps)])
-        return list(perm[:need].split(min(B, n)))
+        return sampling.batches(self.cfg, self.idx[i], t, i, K)
 
     def round_ctx(self, t: int) -> RoundCtx:
+        """Round t's clients, step counts, minibatches and step tables (and augmentation draws), from the host."""
         S = self.sample_clients(t)
         K = torch.tensor([self.local_steps(int(i)) for i in S])
         batches = [self.batches(t, int(i), int(k)) for i, k in zip(S, K)]
         ctx = RoundCtx(t, S, self.lr_at(t), self.w.clone(), K, batches)
         self._steps(ctx)
         if self.cfg.augment and self.ds.augmentable:     # one draw per client per round, shared by both modes
-            aug = torch.zeros(ctx.n, ctx.I.shape[1], 3, ctx.I.shape[2], dtype=torch.long)
-            for j, (i, bs) in enumerate(zip(S.tolist(), batches)):
-                g = generator(self.cfg.seed, t, i, "augment")      # the CPU generator on every device
-                for k, a in enumerate(aug_draw(sum(map(len, bs)), g).split([len(b) for b in bs], 1)):
-                    aug[j, k, :, :a.shape[1]] = a
-            ctx.aug = self.dev(aug)
+            ctx.aug = self.dev(sampling.aug_table(self.cfg.seed, t, S, batches, *ctx.I.shape[1:]))
         return ctx
 
     def _steps(self, ctx: RoundCtx) -> None:
-        """ctx's step tables from its clients' K and batches: who steps at each k, the runs of steps with one
-        active set (``segments``), the padded minibatch table (``_pad``)."""
-        K = ctx.K
-        ctx.K_dev, ctx.Kmin = self.dev(K), int(K.min())          # K lives on the host: no read-back per step
-        ctx.S_dev = self.dev(ctx.S)
-        act = torch.arange(int(K.max()))[:, None] < K[None, :]
-        ctx.act = self.dev(act)
-        masked = [act[k].nonzero().flatten() for k in range(ctx.Kmin, act.shape[0])]
-        if masked:                                   # the rows of every masked step, moved in one copy
-            dev = self.dev(torch.cat(masked)).split([len(r) for r in masked])
-            ctx.row_at = {ctx.Kmin + q: (dev[q], masked[q].tolist()) for q in range(len(masked))}
-            ends = sorted(set(K.tolist()))           # the active set changes only where some client's K_i ends
-            ctx.segs = [(a, b, *ctx.row_at[a]) for a, b in zip(ends, ends[1:])]
-        self._pad(ctx)
+        sampling.step_tables(ctx, self.dev, self.dtype)
 
     def dev(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor on the run's device, copied without waiting (no host sync on CUDA)."""
         return t.to(self.device, non_blocking=True)
-
-    def _pad(self, ctx: RoundCtx) -> None:
-        """The round's minibatch indices as one padded table I [n, max K_i, max B] (row j, step k: client
-        S[j]'s batch, padded with its first index) and, where batches are unequal, mean-loss weights W
-        (1/|b| on real samples, 0 on padding) so a padded batch has the same mean loss as the real one."""
-        n, Kmax = ctx.n, int(ctx.K.max())
-        ctx.sizes = sizes = [[len(b) for b in bs] for bs in ctx.batches]
-        B = max(max(s) for s in sizes)
-        I = torch.empty(n, Kmax, B, dtype=torch.long)
-        full = all(len(s) == Kmax and min(s) == B for s in sizes)
-        for j, bs in enumerate(ctx.batches):
-            if len(bs) == Kmax and min(sizes[j]) == B:
-                I[j] = torch.stack(bs)
-                continue
-            I[j] = bs[0][0]
-            for k, b in enumerate(bs):
-                I[j, k, :len(b)] = b
-        ctx.I, ctx.W, ctx.padded = self.dev(I), None, []
-        if not full:
-            nb = torch.zeros(n, Kmax, dtype=self.dtype)
-            for j, s in enumerate(sizes):
-                nb[j, :len(s)] = torch.tensor(s, dtype=self.dtype)
-            valid = torch.arange(B, dtype=self.dtype) < nb[..., None]
-            ctx.W = self.dev(valid / nb.clamp(min=1)[..., None])
-            ctx.padded = [any(len(s) > k and s[k] < B for s in sizes) for k in range(Kmax)]
 
     def set_step(self, ctx: RoundCtx, k: int) -> None:
         """Step k's active clients: every one while k < min K_i (no masks), else those with K_i > k."""
@@ -447,9 +392,7 @@ class Run:
         return self._call(self.space.unflatten(theta), x, buf)
 
     def _call(self, tensors: dict, x: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
-        if self.bspace.P:
-            tensors = {**tensors, **self.bspace.unflatten(self.buf if buf is None else buf), **self._int_bufs}
-        return torch.func.functional_call(self.model, tensors, (x,))
+        return self._f(tensors, x, (self.buf if buf is None else buf) if self.bspace.P else None)
 
     def batch(self, ctx: RoundCtx, j: int, k: int):
         """Client S[j]'s minibatch at step k (its real samples, augmented with the round's draws)."""
@@ -483,27 +426,18 @@ class Run:
         return xb, self.Y[I], W
 
     def n_pad(self) -> int:
-        """--compile's row count: the largest active set of the run's rounds (the seeded sampling is known in
-        advance), so the compiled step sees one shape in every round."""
+        """--compile's row count: the largest active set of the run's rounds, so the compiled step sees one shape in
+        every round."""
         if self._n_pad[0] != self.cfg.rounds:
-            self._n_pad = (self.cfg.rounds, max(len(self.sample_clients(t)) for t in range(max(self.cfg.rounds, 1))))
+            self._n_pad = (self.cfg.rounds, sampling.largest_active_set(self.cfg, self.m))
         return self._n_pad[1]
 
     def _fixed(self, ctx: RoundCtx) -> dict:
-        """The round's batch tables padded to ``n_pad`` rows, with mean-loss weights everywhere (zero on padding
-        and past each K_i): one kind of batch, one shape, one compile. Stored step-major ([K_max, N, ...], each
-        step's slice contiguous): a slice [:, k] of [N, K_max, B] has a stride that changes with the round's
-        K_max, and torch.compile recompiles on a new stride (a ResNet-18-GN recompile costs ~40 s on an H100)."""
-        if "fixed" not in ctx.extra:
-            n, N = ctx.n, max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
-            pad = lambda t: torch.cat([t, t[:1].expand(N - n, *t.shape[1:])]) if N > n else t   # noqa: E731
-            W = ctx.W if ctx.W is not None else torch.full(ctx.I.shape, 1 / ctx.I.shape[2], dtype=self.dtype,
-                                                           device=self.device)
-            steps = lambda t: t.transpose(0, 1).contiguous()                                    # noqa: E731
-            W = torch.cat([W, W.new_zeros(N - n, *W.shape[1:])])
-            ctx.extra["fixed"] = {"I": steps(pad(ctx.I)), "W": steps(W),
-                                  "aug": None if ctx.aug is None else steps(pad(ctx.aug))}
-        return ctx.extra["fixed"]
+        """The round's --compile batch tables (sampling.fixed_tables), padded to ``n_pad`` rows (or the chunk's)."""
+        if ctx.fixed is None:
+            N = max(self.n_pad() if self.chunk is None else min(self.n_pad(), self.chunk), ctx.n)
+            ctx.fixed = sampling.fixed_tables(ctx, N, self.dtype, self.device)
+        return ctx.fixed
 
     def grads(self, ctx: RoundCtx, x: torch.Tensor, k: int, data=None) -> torch.Tensor:
         """Minibatch loss gradients of the active clients at their points x [n, P] (rows of inactive clients
@@ -533,7 +467,8 @@ class Run:
     def release(self, ctx: RoundCtx) -> None:
         """Drop the finished round's [n, P] tensors (the algorithm's round constants, Delta_i, the start points)
         and the work buffers, so evaluation and the checkpoint do not hold them (train's loop calls it)."""
-        ctx.extra, ctx.x0, ctx.delta, ctx.per = {}, None, None, {}
+        self.algo.clear()
+        ctx.buf, ctx.fixed, ctx.x0, ctx.delta, ctx.per = None, None, None, None, {}
         if ctx.sums is not None:                     # a chunked round's sums
             ctx.sums = {}
         self._scratch.clear()
@@ -566,7 +501,7 @@ class Run:
         for r, (xb, yb) in enumerate(data):
             j = r if rows is None else ctx.rows_host[r]
             leaves = {n: v.requires_grad_() for n, v in self.space.unflatten(xa[r]).items()}
-            buf = ctx.extra["buf"][j] if self.bspace.P else None
+            buf = ctx.buf[j] if self.bspace.P else None
             loss = self.loss(self._call(leaves, xb, buf), yb)
             torch.cat([v.flatten() for v in torch.autograd.grad(loss, list(leaves.values()))], out=out[j])
             self.n_grads += 1
@@ -620,22 +555,23 @@ class Run:
         """The round's local steps as runs with one set of active clients: (ctx, x, first step, end step). Steps
         below min K_i take every client. Past it, where no callback watches the steps and the step's shape is free
         (no --compile), each run (ctx.segs) works on its clients' rows, gathered once into a reused buffer
-        (RoundCtx.take) and written back after it with the per-client values of ``extra`` the run kept: a step then
-        takes no masks and moves no rows. Otherwise the masked step of ctx.rows (callbacks read x and ctx.extra
-        whole; --compile steps every row). The same arithmetic either way: each row's numbers are unchanged."""
+        (RoundCtx.take, Algorithm.take) and written back after it with the per-client values the run kept: a step
+        then takes no masks and moves no rows. Otherwise the masked step of ctx.rows (callbacks read x and the
+        perturbation whole; --compile steps every row). The same arithmetic either way: each row's numbers are
+        unchanged."""
         if self.callbacks or self.cfg.compile or not ctx.segs:
             yield ctx, x, 0, int(ctx.K.max())
             return
         yield ctx, x, 0, ctx.Kmin
         for a, b, rows, host in ctx.segs:
             c = ctx.take(rows, host, b)
-            kept = {k: v for k, v in c.extra.items() if per_client(ctx.extra[k], ctx.n) and ctx.extra[k].stride(0)}
+            taken = self.algo.take(rows, host, ctx.n)
             xc = torch.index_select(x, 0, rows, out=self.scratch("x_seg", x, rows=len(host)))
             yield c, xc, a, b
             x.index_copy_(0, rows, xc)
-            for k, v in kept.items():                # still the gathered tensor (maybe updated in place): back
-                if c.extra.get(k) is v:
-                    ctx.extra[k].index_copy_(0, rows, v)
+            if c.buf is not None:                    # the clients' BatchNorm buffers (updated in place): back
+                ctx.buf.index_copy_(0, rows, c.buf)
+            self.algo.put_back(taken, rows)
 
     def round(self) -> RoundCtx:
         """One round: the client side (``clients``) for all active clients at once, or, where ``Run.chunk`` is
@@ -652,16 +588,18 @@ class Run:
             ctx.sums, x = {}, None                   # the server step reads the sums only
             for c in self.chunks(ctx):
                 self.clients(c)
-                c.extra, c.x0, c.delta = {}, None, None      # this chunk's [C, P] tensors go before the next's
-        w_new = algo.aggregate(self, ctx, x)
-        algo.server_end(self, ctx, x, w_new)
+                algo.clear()                         # this chunk's [C, P] tensors go before the next's
+                c.buf, c.fixed, c.x0, c.delta = None, None, None, None
+        w_new = algo.aggregate(self.face, ctx, x)
+        algo.server_end(self.face, ctx, x, w_new)
         self.w = w_new
         if self.bspace.P:
             self.buf = ctx.mean("buf")
         self.last_round.index_fill_(0, ctx.S_dev, self.t)
         self.t += 1
+        step = StepView((ctx, algo))
         for cb in self.callbacks:
-            cb("round", self, ctx, x)
+            cb("round", self.view, step, x)
         return ctx
 
     def clients(self, ctx: RoundCtx) -> torch.Tensor:
@@ -669,22 +607,23 @@ class Run:
         clients' tables, what the server reads: ``RoundCtx.add``), last local models; returns x [n, P]."""
         algo = self.algo
         if self.bspace.P:
-            ctx.extra["buf"] = self.buf.expand(ctx.n, -1).clone()
-        x = algo.start(self, ctx)
+            ctx.buf = self.buf.expand(ctx.n, -1).clone()
+        x = algo.start(self.face, ctx)
         ctx.x0 = x.clone() if algo.needs_x0 or self.callbacks else None    # [n, P]: only where something reads it
-        algo.round_start(self, ctx)
+        algo.round_start(self.face, ctx)
+        step = StepView((ctx, algo)) if self.callbacks else None
         for c, xc, a, b in self.segments(ctx, x):
             for k in range(a, b):
                 self.set_step(c, k)
-                g = algo.gradient(self, c, xc, k)
-                d, decay = algo.direction(self, c, xc, g)
+                g = algo.gradient(self.face, c, xc, k)
+                d, decay = algo.direction(self.face, c, xc, g)
                 self.step(c, xc, d, decay)
-                algo.after_step(self, c, xc)
-                for cb in self.callbacks:
-                    cb("step", self, c, xc)
-        algo.client_end(self, ctx, x)
+                algo.after_step(self.face, c, xc)
+                for cb in self.callbacks:            # callbacks: one run of all steps (segments), c is ctx
+                    cb("step", self.view, step, xc)
+        algo.client_end(self.face, ctx, x)
         if self.bspace.P:
-            ctx.add("buf", ctx.extra["buf"])
+            ctx.add("buf", ctx.buf)
         if self.last_local is not None:
             self.put(self.last_local, ctx.S, x)
         return x
@@ -722,19 +661,26 @@ class Run:
         te = self.evaluate(Xte, Yte)
         row = {"round": self.t, "lr": ctx.lr, "train_loss": tr[0], "train_acc": tr[1], "test_loss": te[0],
                "test_acc": te[1], "test_samples": len(Yte), "n_active": ctx.n, "seconds": seconds}
-        row.update(self.algo.comm(self, ctx))
+        row.update(self.algo.comm(self.face, ctx))
         return row
 
     # ---- continuing in memory ------------------------------------------------------------------
     def advance(self, rounds: int, out=None, callbacks=()) -> "Run":
         """Train ``rounds`` more rounds in place, exactly as one longer run (metrics and checkpoints go to ``out``,
         by default the directory of the previous ``train`` call). ``run.advance(3)`` twice equals 6 rounds."""
-        from .loop import train
         if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
             raise UserError(f"advance: rounds must be an integer >= 1 (got {rounds!r})")
+        if self.trainer is None:
+            raise UserError("advance: this Run was built directly, not by train(); continue it with "
+                            "fedlab_analysis.trainers.loop.train(cfg, run=run)")
         cfg = dataclasses.replace(self.cfg, rounds=self.t + rounds)
-        return train(cfg, self.out if out is None else out, callbacks=callbacks, run=self)
+        return self.trainer(cfg, self.out if out is None else out, callbacks=callbacks, run=self)
 
     # ---- state for checkpoints ---------------------------------------------------------------------
     def spec(self) -> dict:
         return model_spec(self.model)
+
+    @property
+    def state_tables(self) -> tuple:
+        """The names of the per-client [m, P] state tables the algorithm's parts declare."""
+        return tuple(self.algo.tables)

@@ -17,8 +17,8 @@ from .engine import Run, with_dataset
 
 
 def tables(run: Run) -> set:
-    """The names of the run's per-client [m, P] state tables (the algorithm's declaration)."""
-    return set(run.algo.tables)
+    """The names of the run's per-client [m, P] state tables (the algorithm's declaration); a Run or its view."""
+    return set(run.state_tables)
 
 
 def to_checkpoint(run: Run, row: dict | None, lean: bool = False) -> dict:
@@ -59,11 +59,12 @@ def restore(run: Run, ck: dict) -> None:
     run.w = run.space.flatten(ck["global"]).to(**dev)
     if run.bspace.P:
         run.buf = run.bspace.flatten(ck["buffers"]).to(**dev)
-    for k, v in ck["algo_state"].items():             # into the tables in place: they keep their device
-        if k in run.state and run.state[k].shape == v.shape:
-            run.state[k].copy_(v)
+    state = run.state
+    for k, v in ck["algo_state"].items():             # into each part's state in place: it keeps its device
+        if state[k].shape == v.shape:                 # (a flat name: its owner is run.algo.owner[k])
+            state[k].copy_(v)
         else:
-            run.state[k] = v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype)
+            run.algo.set_state(k, v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype))
     if ck.get("clients"):
         models = ck["clients"]["models"]
         run.last_local = run.last_local.copy_(models) if run.last_local is not None else models.to(**dev)
@@ -139,6 +140,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
                             f"give --rounds {prior['round']} or more")
     if run is None:
         run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
+    run.trainer = train                              # Run.advance continues with this loop (engine.py cannot import it)
     tb_writer = _tensorboard(cfg, out)              # a missing tensorboard is refused before any write
     run.callbacks.extend(cb for cb in callbacks if cb not in run.callbacks)
     if prior is not None:

@@ -1,13 +1,22 @@
 """The parts algorithms are made of. Each part owns a piece of state and hooks into the round
-(engine.py's docstring shows where); an algorithm is a perturbation rule plus a list of parts
-(algorithms.py). Vectors are flat: client tables are [m, P], per-round quantities [n_active, P].
+(engine.py's docstring shows where); an algorithm is a perturbation rule plus a list of parts (its row in
+fedlab_analysis/algos.py builds them; trainers/algorithms.py runs their hooks). Vectors are flat: client tables
+are [m, P], per-round quantities [n_active, P].
 
 Notation (papers'): w global model, x local models, S active clients, K_i local steps, eta lr,
 Delta_i = x_i - ref_i the client update (ref = w, or RI's start point with --ri-agg delta_from_init).
+
+A part's state (``slots``, trainers/state.py) is allocated by the engine into ``part.state`` and checkpointed
+under its names; a part writes only its own. Its round constants (``consts``) are attributes set in round_start
+and cleared (None) at the round's end; a per-client one is [n, P], restricted to a run of steps' rows by the
+engine (Run.segments).
 """
 from __future__ import annotations
 
 import torch
+
+from ..errors import UserError
+from .state import Slot
 
 
 def _normalize(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
@@ -22,26 +31,69 @@ def _normalize_(v: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
 
 class Part:
     """No-op hooks; a part overrides the ones it needs."""
+    name = "part"             # its name in the algorithm (Algorithm.owner)
     comm = (0, 0, 0)          # extra (down, up, stored-per-client) model-sized vectors
     needs_last_local = False  # reads run.last_local, each client's last local model (the engine keeps it)
-    tables: tuple = ()        # the per-client [m, P] tables it reads, in run.state (declared: plan.py reads them)
-    vectors: tuple = ()       # the [P] state vectors it keeps, in run.state
+    slots: tuple = ()         # its state (trainers/state.py): allocated by the engine into ``state``
+    consts: tuple = ()        # its round constants: attributes set in round_start, None outside a round
     chunkable = True          # its server step reads the clients only through RoundCtx.add's sums (Run.chunks)
+    state = None              # its PartState, once the engine allocated it
+    K = None                  # a fixed K_i for every client that the part imposes (FedALS' tau), else from the config
+
+    @property
+    def tables(self) -> tuple:
+        """The names of its per-client [m, P] tables (plan.py reads them without building a run)."""
+        return tuple(s.name for s in self.slots if s.kind == "table")
+
+    @property
+    def vectors(self) -> tuple:
+        """The names of its [P] server vectors."""
+        return tuple(s.name for s in self.slots if s.kind == "vector")
 
     def init(self, run):
-        """Allocate the declared state: zero tables on --state-device, zero vectors on the run's device."""
-        for k in self.tables:
-            run.state[k] = run.table()
-        for k in self.vectors:
-            run.state[k] = run.zeros()
+        """Once, with the Run itself, after the engine allocated ``state``: checks and set-up (FedALS splits
+        run.space). Returns None."""
 
-    def start(self, run, ctx, x): return x
-    def round_start(self, run, ctx): ...
-    def direction(self, run, ctx, x, d, decay): return d, decay   # see Algorithm.direction
-    def after_step(self, run, ctx, x): ...
-    def client_end(self, run, ctx, x): ...
-    aggregate = None          # a part that decides the new global model defines aggregate(run, ctx, x) -> w
-    def server_end(self, run, ctx, x, w_new): ...
+    def clear(self):
+        """The round is over: its constants go (no [n, P] tensor outlives the round)."""
+        for c in self.consts:
+            setattr(self, c, None)
+
+    # The round's hooks, in the order the engine calls them (engine.py's docstring). Every hook gets
+    #   run    PartView (trainers/views.py PART_FIELDS): the run, read-only, and the engine's services
+    #   ctx    RoundView (ROUND_FIELDS): the round and step, read-only but for ctx.add
+    #   x      the active clients' local models [n, P] (the engine's tensor: only after_step changes it in place);
+    #          None at aggregate and server_end in a chunked round, which read the clients through ctx.total/mean
+    # and writes only its own ``state`` and attributes. A hook returning None (the no-ops below) changes nothing.
+    def start(self, run, ctx, x):
+        """The clients' start points: returns x [n, P] (given: w for every client, or an earlier part's)."""
+        return x
+
+    def round_start(self, run, ctx):
+        """Before step 0: set the round's constants (``consts``) from ``state``. Returns None."""
+
+    def direction(self, run, ctx, x, d, decay):
+        """Step k's direction: returns (d, decay) from the earlier parts' (d: this step's own tensor, may be
+        changed in place; the step is x <- x - eta (clip(d) + decay x), Algorithm.direction)."""
+        return d, decay
+
+    def after_step(self, run, ctx, x):
+        """After step k's update (FedALS' synchronisation may average x's rows in place). Returns None."""
+
+    def client_end(self, run, ctx, x):
+        """After the local steps (ctx.delta holds Delta_i): write the clients' rows of ``state`` and ``ctx.add``
+        what the server step reads. Returns None."""
+
+    aggregate = None
+    """None, or aggregate(run, ctx, x) -> w^{t+1} [P] where the part decides the new global model (the last such
+    part decides; none: FedAvg with eta_g)."""
+
+    def server_end(self, run, ctx, x, w_new):
+        """After aggregation (w_new is w^{t+1}): update the server's vectors in ``state``. Returns None."""
+
+    traffic = None
+    """None, or traffic(run, ctx) -> {floats_down, floats_up, floats_stored_per_client} where the part decides the
+    round's communication (FedALS Table 2's count; none: the model both ways plus every part's ``comm``)."""
 
 
 def K_divisor(run, ctx) -> torch.Tensor:
@@ -62,6 +114,8 @@ def anchor(run, ctx) -> torch.Tensor:
 # ---- perturbation rules: how the gradient of step k is taken ----------------------------------
 class Plain(Part):
     """g = grad f_i(x; b)."""
+    name = "plain"
+    delta = None              # the perturbation of the step's gradient (Algorithm.perturbation); none here
     def gradient(self, run, ctx, x, k):
         return run.grads(ctx, x, k)
 
@@ -69,6 +123,8 @@ class Plain(Part):
 class SAM(Plain):
     """Local SAM (FedSAM, Qu et al. 2022; FedSMOO eqs. 5-6): delta = rho g/||g||, then grad at x + delta on the
     SAME minibatch. Two forward/backward passes per step."""
+    name, consts = "sam", ("delta",)
+
     def __init__(self, rho):
         self.rho = rho
 
@@ -79,7 +135,7 @@ class SAM(Plain):
         data = run.step_data(ctx, k)
         g0 = run.grads(ctx, x, k, data)
         delta = self.ascent(run, ctx, g0, x)
-        ctx.extra["delta"] = delta                    # this step's perturbation, for drift probes
+        self.delta = delta                            # this step's perturbation (Algorithm.perturbation)
         return run.grads(ctx, torch.add(x, delta, out=run.scratch("x_pert", x)), k, data)
 
 
@@ -87,86 +143,84 @@ class SMOO(SAM):
     """FedSMOO (Sun et al. 2023, Algorithm 1 lines 8-10): corrected ascent a = g - mu_i - s,
     s_hat = r a/||a||, mu_i <- mu_i + s_hat - s; server s = r normalize(mean_S (mu_i - s_hat_i)) (paper, line 13)
     or r normalize(mean_S mu_i) (the code, --smoo-server code)."""
-    comm = (1, 1, 1)
-    tables, vectors = ("mu",), ("s",)
+    name, comm = "smoo", (1, 1, 1)
+    slots, consts = (Slot("mu", "table"), Slot("s")), ("delta", "mu", "s_hat")
 
     def round_start(self, run, ctx):
-        ctx.extra["mu"] = run.rows(run.state["mu"], ctx.S)     # gathered once per round; written back at client_end
+        self.mu = run.rows(self.state.mu, ctx.S)      # gathered once per round; written back at client_end
         # the server reads each client's last s_hat (paper rule). Where every client takes every step and no hook
         # can take a gradient in between, the last one is still in its gradient buffer at the round's end: no copy
-        self.alias = ctx.Kmin == int(ctx.K.max()) and not run.callbacks
+        self.alias = ctx.Kmin == int(ctx.K.max()) and not run.watched
         if run.cfg.smoo_server != "code" and not self.alias:
-            ctx.extra["s_hat"] = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
+            self.s_hat = torch.zeros(ctx.n, run.space.P, dtype=run.dtype, device=run.device)
 
     def ascent(self, run, ctx, g0, x):
-        mu, s = ctx.extra["mu"], run.state["s"]
+        mu, s = self.mu, self.state.s
         s_hat = _normalize_(g0.sub_(mu).sub_(s)).mul_(self.rho)     # r a / ||a||, a = g - mu_i - s (in place)
         keep = run.cfg.smoo_server != "code"
         if ctx.all_on:                                  # every client steps: update in place, no masks
             mu.add_(s_hat).sub_(s)
             if keep and self.alias:
-                ctx.extra["s_hat"] = s_hat              # the gradient buffer itself (see round_start)
-            elif keep and (run.callbacks or ctx.k == ctx.Kmin - 1):
+                self.s_hat = s_hat                      # the gradient buffer itself (see round_start)
+            elif keep and (run.watched or ctx.k == ctx.Kmin - 1):
                 # s_hat lives in a reused gradient buffer. Every client of an all-on run of steps steps until Kmin,
                 # and each client's last step K_i - 1 is the last step of such a run (ctx.Kmin: min K_i, or the end
                 # of a Run.segments run): only that step's s_hat is read, so copy it then (a hook may read it sooner)
-                ctx.extra["s_hat"].copy_(s_hat)
+                self.s_hat.copy_(s_hat)
         else:
             r = ctx.rows
             mu[r] = mu[r] + s_hat[r] - s
             if keep:
-                ctx.extra["s_hat"][r] = s_hat[r]
+                self.s_hat[r] = s_hat[r]
         return s_hat
 
     def client_end(self, run, ctx, x):
-        mu = ctx.extra["mu"]
-        run.put(run.state["mu"], ctx.S, mu)
-        ctx.add("smoo_v", mu if run.cfg.smoo_server == "code" else mu.sub_(ctx.extra["s_hat"]))   # written back:
+        mu = self.mu
+        run.put(self.state.mu, ctx.S, mu)
+        ctx.add("smoo_v", mu if run.cfg.smoo_server == "code" else mu.sub_(self.s_hat))   # written back:
         #                                                                      mu's rows are reused for v in place
 
     def server_end(self, run, ctx, x, w_new):
-        run.state["s"] = self.rho * _normalize(ctx.mean("smoo_v"))
+        self.state.s = self.rho * _normalize(ctx.mean("smoo_v"))
 
 
 class LESAM(Plain):
     """FedLESAM (Fan et al. 2024, Algorithm 1): delta = rho (w_i^old - w)/||w_i^old - w||, constant within the
     round; one forward/backward per step. --lesam-source last_global_update uses the last broadcast global update
     (the released code) instead; --lesam-first sets the first participation (zero | global_update | literal)."""
+    name, consts = "lesam", ("delta",)
+
     def __init__(self, rho, source, first):
         self.rho, self.source, self.first = rho, source, first
         self.comm = (0, 0, 1) if source == "client_old" else (1, 0, 0)
-        self.tables = ("w_old",) if source == "client_old" else ()    # w_i^old: read only by the paper's rule
-
-    vectors = ("last_update",)                          # w^t - w^{t-1}; zero before the first round
-
-    def init(self, run):
-        super().init(run)
-        run.state["seen"] = torch.zeros(run.m, dtype=torch.bool, device=run.device)
+        self.slots = ((Slot("w_old", "table"),) if source == "client_old" else ()) + (   # w_i^old: the paper's rule
+            Slot("last_update"),                        # w^t - w^{t-1}; zero before the first round
+            Slot("seen", "clients", dtype="bool"))      # each client's first participation is behind it
 
     def round_start(self, run, ctx):
-        w, back = ctx.w, -run.state["last_update"]    # back = w^{t-1} - w^t
+        st = self.state
+        w, back = ctx.w, -st.last_update               # back = w^{t-1} - w^t
         if self.source == "released_code":
-            ctx.extra["delta"] = released_lesam_perturbation(run.space, run.state["last_update"], self.rho)
-            ctx.extra["delta"] = ctx.extra["delta"].expand(ctx.n, -1)
+            self.delta = released_lesam_perturbation(run.space, st.last_update, self.rho).expand(ctx.n, -1)
             return
         if self.source == "last_global_update":
             u = back.expand(ctx.n, -1)
         else:
-            seen = run.state["seen"][ctx.S_dev][:, None]
+            seen = st.seen[ctx.S_dev][:, None]
             first = {"zero": torch.zeros_like(w), "global_update": back, "literal": -w}[self.first]
-            u = torch.where(seen, run.rows(run.state["w_old"], ctx.S) - w, first.expand(ctx.n, -1))
-        ctx.extra["delta"] = self.rho * _normalize(u)
+            u = torch.where(seen, run.rows(st.w_old, ctx.S) - w, first.expand(ctx.n, -1))
+        self.delta = self.rho * _normalize(u)
 
     def gradient(self, run, ctx, x, k):
-        return run.grads(ctx, torch.add(x, ctx.extra["delta"], out=run.scratch("x_pert", x)), k)
+        return run.grads(ctx, torch.add(x, self.delta, out=run.scratch("x_pert", x)), k)
 
     def client_end(self, run, ctx, x):
         if self.tables:
-            run.put(run.state["w_old"], ctx.S, ctx.w.expand(ctx.n, -1))
-        run.state["seen"].index_fill_(0, ctx.S_dev, True)
+            run.put(self.state.w_old, ctx.S, ctx.w.expand(ctx.n, -1))
+        self.state.seen.index_fill_(0, ctx.S_dev, True)
 
     def server_end(self, run, ctx, x, w_new):
-        run.state["last_update"] = w_new - ctx.w
+        self.state.last_update = w_new - ctx.w
 
 
 def released_lesam_perturbation(space, u: torch.Tensor, rho: float) -> torch.Tensor:
@@ -185,41 +239,43 @@ def released_lesam_perturbation(space, u: torch.Tensor, rho: float) -> torch.Ten
 class Prox(Part):
     """FedProx (Li et al. 2020): + mu (x - w), split as the simulator does: -mu w before clipping (its loss term
     -mu <x, w>) and +mu x after (its SGD weight decay). w is ``anchor`` (the relaxed start with --ri-anchor start)."""
+    name, consts = "prox", ("corr",)
+
     def __init__(self, mu):
         self.mu = mu
 
     def round_start(self, run, ctx):
-        ctx.extra["prox_corr"] = self.mu * anchor(run, ctx)
+        self.corr = self.mu * anchor(run, ctx)
 
     def direction(self, run, ctx, x, d, decay):
-        return d.sub_(ctx.extra["prox_corr"]), decay + self.mu
+        return d.sub_(self.corr), decay + self.mu
 
 
 class Scaffold(Part):
     """SCAFFOLD option II (Karimireddy et al. 2020; FedLESAM Alg. 2 with the sign fixed): d = g + scale (c - c_i);
     c_i+ = c_i - c + (w - x_i)/(K_i eta); c <- c + (1/m) sum_S (c_i+ - c_i). scale is 1 except for the released
     FedLESAM-S (lamb)."""
-    comm = (1, 1, 1)
-    tables, vectors = ("c_i",), ("c",)
+    name, comm = "scaffold", (1, 1, 1)
+    slots, consts = (Slot("c_i", "table"), Slot("c")), ("c_i", "corr")
 
     def __init__(self, scale: float = 1.0):
         self.scale = scale
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        ctx.extra["c_i"] = run.rows(run.state["c_i"], ctx.S)
-        ctx.extra["scaffold_corr"] = self.scale * (run.state["c"] - ctx.extra["c_i"])
+        self.c_i = run.rows(self.state.c_i, ctx.S)
+        self.corr = self.scale * (self.state.c - self.c_i)
 
     def direction(self, run, ctx, x, d, decay):
-        return d.add_(ctx.extra["scaffold_corr"]), decay
+        return d.add_(self.corr), decay
 
     def client_end(self, run, ctx, x):
-        c_i = ctx.extra["c_i"]
-        new = c_i - run.state["c"] - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
+        c_i = self.c_i
+        new = c_i - self.state.c - ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr)
         ctx.add("dc", new - c_i)
-        run.put(run.state["c_i"], ctx.S, new)
+        run.put(self.state.c_i, ctx.S, new)
 
     def server_end(self, run, ctx, x, w_new):
-        run.state["c"] = run.state["c"] + ctx.total("dc") / run.m
+        self.state.c = self.state.c + ctx.total("dc") / run.m
 
 
 class Dyn(Part):
@@ -227,55 +283,55 @@ class Dyn(Part):
     h_i = -beta lambda_i: d = g + lamb h_i + lamb (x - w); h_i += Delta_i; server dual H += (1/m) sum_S Delta_i
     (so H = mean over ALL clients of h_i); w = mean_S x_i + H. The lamb x term is added after clipping, as the
     simulator's SGD weight decay does. w in lamb (x - w) is ``anchor`` (the relaxed start with --ri-anchor start)."""
-    comm = (0, 0, 1)
-    tables, vectors = ("h",), ("H",)
+    name, comm = "dyn", (0, 0, 1)
+    slots, consts = (Slot("h", "table"), Slot("H")), ("corr",)
 
     def __init__(self, lamb):
         self.lamb = lamb
 
     def round_start(self, run, ctx):              # constant within the round: gathered once, not every step
-        h = run.rows(run.state["h"], ctx.S)           # a fresh tensor: lamb (h_i - w) computed in its place
-        ctx.extra["dyn_corr"] = h.sub_(anchor(run, ctx)).mul_(self.lamb)
+        h = run.rows(self.state.h, ctx.S)             # a fresh tensor: lamb (h_i - w) computed in its place
+        self.corr = h.sub_(anchor(run, ctx)).mul_(self.lamb)
 
     def direction(self, run, ctx, x, d, decay):
-        return d.add_(ctx.extra["dyn_corr"]), decay + self.lamb
+        return d.add_(self.corr), decay + self.lamb
 
     def client_end(self, run, ctx, x):                # h_i += Delta_i in the table's rows (no [n, P] copy of h_i)
         ctx.add("x", x)                               # aggregate reads mean_S x_i
-        h = run.state["h"]
+        h = self.state.h
         if h.device == ctx.delta.device:
             h.index_add_(0, ctx.S if ctx.S.device == h.device else ctx.S_dev, ctx.delta)
         else:
             run.put(h, ctx.S, run.rows(h, ctx.S) + ctx.delta)
 
     def aggregate(self, run, ctx, x):
-        run.state["H"] = run.state["H"] + ctx.total("delta") / run.m
-        return ctx.mean("x") + run.state["H"]
+        self.state.H = self.state.H + ctx.total("delta") / run.m
+        return ctx.mean("x") + self.state.H
 
 
 class Momentum(Part):
     """FedCM (Xu et al. 2021, Algorithm 2): v = alpha g + (1 - alpha) Delta_t (line 8);
     Delta_{t+1} = -(1/|S|) sum_S Delta_i / (K_i eta) (line 13, per-client K_i keeps Lemma 4.1 exact).
     --fedcm-wd inside: g includes wd x (Lemma 4.1 holds); outside: wd x added after mixing (the code)."""
-    comm = (1, 0, 0)
-    vectors = ("D",)
+    name, comm = "momentum", (1, 0, 0)
+    slots, consts = (Slot("D"),), ("mix",)
 
     def __init__(self, alpha, wd_inside):
         self.alpha, self.wd_inside = alpha, wd_inside
 
     def round_start(self, run, ctx):
-        ctx.extra["cm_D"] = (1 - self.alpha) * run.state["D"]       # constant within the round
+        self.mix = (1 - self.alpha) * self.state.D                  # constant within the round
 
     def direction(self, run, ctx, x, d, decay):
         if self.wd_inside:                    # move the weight-decay term from post-clip into alpha * g (exactly)
             d, decay = d.add_(run.cfg.wd * x), decay - run.cfg.wd
-        return d.mul_(self.alpha).add_(ctx.extra["cm_D"]), decay
+        return d.mul_(self.alpha).add_(self.mix), decay
 
     def client_end(self, run, ctx, x):
         ctx.add("cm_D", ctx.delta / (K_divisor(run, ctx)[:, None] * ctx.lr))
 
     def server_end(self, run, ctx, x, w_new):
-        run.state["D"] = -ctx.mean("cm_D")
+        self.state.D = -ctx.mean("cm_D")
 
 
 # ---- start points ---------------------------------------------------------------------------------
@@ -284,7 +340,7 @@ class RelaxedInit(Part):
     client's first round (line 1) and kept stale while it sits out (lines 13-14). Aggregation --ri-agg final_avg:
     mean of final local models (line 16); delta_from_init: updates measured from the RI start (the code).
     w_i^last is the engine's ``run.last_local`` (w^0 until a client first trains, then its final local model)."""
-    comm = (0, 0, 1)
+    name, comm = "relaxed_init", (0, 0, 1)
     needs_last_local = True
 
     def __init__(self, beta, agg):
@@ -297,23 +353,94 @@ class RelaxedInit(Part):
 # ---- server rules ----------------------------------------------------------------------------------
 class ServerMomentum(Part):
     """FedAvgM (Hsu et al. 2019): m <- beta m + mean Delta; w <- w + eta_g m."""
-    vectors = ("m",)
+    name, slots = "server_momentum", (Slot("m"),)
 
     def __init__(self, momentum):
         self.momentum = momentum
 
     def aggregate(self, run, ctx, x):
-        run.state["m"] = self.momentum * run.state["m"] + ctx.mean("delta")
-        return ctx.w + run.cfg.hp("server_lr") * run.state["m"]
+        self.state.m = self.momentum * self.state.m + ctx.mean("delta")
+        return ctx.w + run.cfg.hp("server_lr") * self.state.m
 
 
 class ServerAdam(Part):
     """FedAdam (Reddi et al. 2021) as the simulator: m, v EMAs of mean Delta, no bias correction,
     w <- w + eta_g m / (sqrt(v) + eps)."""
-    vectors = ("m", "v")
+    name, slots = "server_adam", (Slot("m"), Slot("v"))
 
     def aggregate(self, run, ctx, x):
-        c, d = run.cfg, ctx.mean("delta")
-        run.state["m"] = c.beta1 * run.state["m"] + (1 - c.beta1) * d
-        run.state["v"] = c.beta2 * run.state["v"] + (1 - c.beta2) * d * d
-        return ctx.w + c.hp("server_lr") * run.state["m"] / (run.state["v"].sqrt() + c.eps)
+        c, d, st = run.cfg, ctx.mean("delta"), self.state
+        st.m = c.beta1 * st.m + (1 - c.beta1) * d
+        st.v = c.beta2 * st.v + (1 - c.beta2) * d * d
+        return ctx.w + c.hp("server_lr") * st.m / (st.v.sqrt() + c.eps)
+
+
+# ---- layer-wise synchronisation ---------------------------------------------------------------------
+class ALS(Part):
+    """FedALS (Gholami & Seferoglu, Alg. 1 as its text intends): after global
+    local step s = t tau + k + 1, average the head h when s % tau == 0 and the representation phi when
+    s % (alpha tau) == 0; un-synchronised groups stay client-local, so every client keeps its own model.
+    With ``scaffold`` (Alg. 4): d = g - c_k + mean_j c_j and, at each group's sync,
+    c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group. A round is tau local steps
+    (``K``) of every client: ``active_ratio`` must be 1."""
+
+    name = "als"
+    needs_last_local = True                       # every client's own model persists in run.last_local
+    chunkable = False                             # its synchronisations average over all clients at local steps
+
+    def __init__(self, tau: int, alpha: int, active_ratio: float, scaffold: bool = False):
+        if active_ratio != 1:
+            raise UserError(f"--active-ratio: FedALS runs with full participation; pass --active-ratio 1 "
+                            f"(got {active_ratio})")
+        self.tau, self.alpha, self.scaffold = int(tau), int(alpha), scaffold
+        self.K = self.tau
+        # read whole at every step: on the run's device, not --state-device
+        self.slots = (Slot("c_k", "table", on="run"), Slot("x_sync", "table", init="w", on="run")) if scaffold else ()
+
+    def init(self, run):
+        n = run.space.n_blocks
+        if n < 2:
+            raise UserError(f"--model: FedALS splits the model into a representation phi and a head h, so it needs "
+                            f"at least 2 layers; {run.cfg.model} has {n}")
+        L = run.cfg.phi_layers if run.cfg.phi_layers is not None else n - 1
+        if run.cfg.phi_layers is not None and not 1 <= L <= n - 1:   # phi and h each need a layer
+            raise UserError(f"--phi-layers: must be in 1..{n - 1}, as {run.cfg.model} has {n} layers (got {L})")
+        run.space = run.space.with_phi_layers(L)
+        phi = run.space.mask("group:phi")                 # as index tensors: a boolean mask would sync every step
+        self.phi, self.h = phi.nonzero().flatten().to(run.device), (~phi).nonzero().flatten().to(run.device)
+
+    def start(self, run, ctx, x):
+        return run.rows(run.last_local, ctx.S)
+
+    def direction(self, run, ctx, x, d, decay):
+        if self.scaffold:
+            c = self.state.c_k
+            d = d + (c.mean(0) - c[ctx.S_dev])
+        return d, decay
+
+    def _sync(self, run, ctx, x, mask, period):
+        if self.scaffold:
+            c, last = self.state.c_k, self.state.x_sync
+            c[:, mask] = c[:, mask] - c[:, mask].mean(0) + (last[:, mask] - x[:, mask]) / (ctx.lr * period)
+        x[:, mask] = x[:, mask].mean(0)
+        if self.scaffold:
+            last[:, mask] = x[:, mask]
+
+    def after_step(self, run, ctx, x):
+        s = ctx.t * self.tau + ctx.k + 1
+        if s % self.tau == 0:
+            self._sync(run, ctx, x, self.h, self.tau)
+            if run.bspace.P:
+                ctx.buf[:] = ctx.buf.mean(0)
+        if s % (self.alpha * self.tau) == 0:
+            self._sync(run, ctx, x, self.phi, self.alpha * self.tau)
+
+    def aggregate(self, run, ctx, x):
+        return x.mean(0)
+
+    def traffic(self, run, ctx) -> dict:
+        """Per round (tau local steps): h goes both ways every round, phi every alpha rounds (Table 2's count)."""
+        phi = int(run.space.mask("group:phi").sum())
+        sent = run.space.P - phi + (phi if (ctx.t + 1) % self.alpha == 0 else 0)
+        stored = run.space.P * (2 if self.scaffold else 0)
+        return {"floats_down": sent * ctx.n, "floats_up": sent * ctx.n, "floats_stored_per_client": stored}
