@@ -844,8 +844,10 @@ def check_ri_overhead(t7=TABLE7, n=20, d=100, K=10, rounds=8, seed=0, timing: bo
     """Table 7 (s/round, ResNet-18-GN): every printed ratio = time / FedAvg's time, rounded or truncated to
     two decimals (the table truncates some: 23.22 / 19.38 = 1.198 is printed 1.19), and RI's overhead
     FedInit / FedAvg; then (``timing``) the trainer's own per-round CPU time of FedInit (engine + RelaxedInit
-    part) over FedAvg on a quadratic toy (rounds interleaved, medians): an observation, since timing on a
-    shared machine is not a paper claim."""
+    part) over FedAvg on a quadratic toy: an observation, since timing on a shared machine is not a paper claim.
+    The rounds are interleaved and each side's fastest round is compared (the minimum: the least disturbed by other
+    jobs; a median of a few 15 ms rounds on a loaded machine put the ratio anywhere in 0.97-1.11, so the verdict
+    flipped between two runs of the same code)."""
     import time
     bad = [(cfg, a, t / rows["FedAvg"][0], r) for cfg, rows in t7.items() for a, (t, r) in rows.items()
            if abs(t / rows["FedAvg"][0] - r) > 0.005 + 1e-9
@@ -870,21 +872,21 @@ def check_ri_overhead(t7=TABLE7, n=20, d=100, K=10, rounds=8, seed=0, timing: bo
             t0 = time.process_time()
             r.round()
             times[a].append(time.process_time() - t0)
-    med = {a: float(np.median(v)) for a, v in times.items()}
-    ratio = med["fedinit"] / med["fedavg"]
+    best = {a: float(min(v)) for a, v in times.items()}
+    ratio = best["fedinit"] / best["fedavg"]
     timing = _claim("ri-overhead-trainer", "observation: RI's per-round cost on the trainer",
                     "Table 7 (RI costs ~ nothing per round)", "FedInit / FedAvg CPU time per round ~ 1",
-                    f"median CPU s/round fedavg {med['fedavg']:.2g}, fedinit {med['fedinit']:.2g}: ratio "
+                    f"fastest CPU s/round fedavg {best['fedavg']:.2g}, fedinit {best['fedinit']:.2g}: ratio "
                     f"{ratio:.2f} ({n} clients, d = {d}, K = {K}, {rounds} interleaved rounds)",
                     HOLDS if ratio <= 1.10 else VIOLATED, ratio,
-                    {"median_s": med, "times": times, "n": n, "d": d, "K": K}, kind=OBSERVATION)
+                    {"min_s": best, "times": times, "n": n, "d": d, "K": K}, kind=OBSERVATION)
     return [arith, timing]
 
 
 # Quick runs the same designs (T, grids, K) as the full run with fewer replicates (runs R, coupled pairs), so a
 # verdict unanimous over seeds in the full run is the quick run's verdict too (tests/test_theory_quick_full.py).
 REPLICATES = {"floors": (16, 4), "stability": (24, 8), "stability_CS_N": (64, 32), "lemma27": (20000, 5000),
-              "overhead_rounds": (8, 4)}                                                  # (full, quick)
+              "overhead_rounds": (20, 10)}                                                  # (full, quick)
 
 
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
