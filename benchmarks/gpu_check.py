@@ -9,9 +9,10 @@ skipped without a GPU, less the CPU-side checks of bad --device values); one rou
 CIFAR-10-shaped files written here (random pixels in the official format: the GPU machine has no network and no
 data), and the probe CLI (hessian, landscape) on its checkpoint; then the ResNet-18-GN ``round_speed.py`` rows
 (10 of 100 clients x 50 steps x batch 50): vmap under --compile for FedAvg, FedSAM and FedSMOO; the same in the
-papers' setting (Bernoulli sampling, unequal K_i: FedAvg); FedAvg compiled at --precision tf32 and bf16;
-and last, loop and vmap beside the reference (the longest step: it takes what is left of the budget). Each step's peak memory is read inside its process (CUDA max_memory_allocated over every device, and
-peak RSS). Writes ``$OUT/gpu_check.md`` and ``$OUT/gpu_check.log`` when $OUT is set, else ``benchmarks/``.
+papers' setting (Bernoulli sampling, unequal K_i: FedAvg); loop and vmap, FedAvg beside the reference, then FedSAM
+and FedSMOO; and last FedAvg compiled at --precision tf32 and bf16 (reported, not goals: the step takes what is
+left of the budget). Each step's peak memory is read inside its process (CUDA max_memory_allocated over every
+device, and peak RSS). Writes ``$OUT/gpu_check.md`` and ``$OUT/gpu_check.log`` when $OUT is set, else ``benchmarks/``.
 Runs from the repository root with the interpreter in $PYTHON (default python3) and ``PYTHONPATH=$PWD``: the
 package need not be installed. Exit status 0 when every step passed, 1 otherwise (the table is written either way).
 """
