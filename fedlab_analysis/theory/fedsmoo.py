@@ -21,12 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity,
-                     loglog_fit, loglog_slope, rate, slack, slope)
+from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, each_seed,
+                     identity, loglog_fit, loglog_slope, rate, run_steps, slack, slope)
 from . import rules
 from .engine_toys import make_run
 from .rules import unit
-from .toys import DT, HeteroQuadratics, _mv, no_autograd, participation_mask, save_figure, spectrum_matrix
+from .toys import (DT, HeteroQuadratics, _mv, no_autograd, participation_mask, save_figure, spectrum_matrix,
+                   stack_seeds)
 from .toys_nonconvex import make_mlp_problem, make_sharp_flat
 
 PAPER = "fedsmoo"
@@ -431,28 +432,45 @@ def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0
                    "consensus": "(1/m) sum ||w_i^T - w^{T+1}||^2"})
 
 
-def floor_sweep(prob, rs, *, beta, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None):
-    """Tail means of ||grad f(w_bar^t)||^2 and f(w^t) - f* at fixed r, one batched run per r."""
-    tr = simulate(prob, T=T, K=K, eta=eta, beta=beta, r=list(rs), local=local,
-                  w0=torch.zeros(len(rs), prob.d, dtype=DT), seed=seed, fault=fault)
+def floor_sweep_seeds(probs, rs, *, betas, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None) -> list:
+    """Tail means of ||grad f(w_bar^t)||^2 and f(w^t) - f* at fixed r, one batched run per r, for several
+    problems (one per seed, server step ``betas[i]`` on ``probs[i]``) in one batched run [len(probs), len(rs)]:
+    full participation and GD draw nothing from the seed, and each slice of the stacked run computes exactly
+    what its problem's run alone computes. One (g2, gap) per problem."""
+    S, R = len(probs), len(rs)
+    beta = betas[0] if all(b == betas[0] for b in betas) else [[b] * R for b in betas]
+    tr = simulate(stack_seeds(probs, 1), T=T, K=K, eta=eta, beta=beta, r=[list(rs)] * S, local=local,
+                  w0=torch.zeros(S, R, probs[0].d, dtype=DT), seed=seed, fault=fault)
     k = max(1, int(tail * T))
-    g2 = _gn2(prob, tr["wbar"][-k:]).mean(0).tolist()
-    return g2, (prob.f(tr["w"][-k:]) - prob.f_star).mean(0).tolist()
+    return [(_gn2(p, tr["wbar"][-k:, i].contiguous()).mean(0).tolist(),
+             (p.f(tr["w"][-k:, i].contiguous()) - p.f_star).mean(0).tolist()) for i, p in enumerate(probs)]
 
 
-def check_r2_floor(m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T=2000, eig=(0.5, 2.0),
-                   sgd_beta=2.0, sgd_T=400, seed=0, out_dir=None, fault=None) -> list[Claim]:
+def check_r2_floor(seed=0, **kw) -> list[Claim]:
+    """``check_r2_floor_seeds`` for one seed."""
+    return check_r2_floor_seeds([seed], **kw)[0]
+
+
+def check_r2_floor_seeds(seeds: list[int], m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T=2000,
+                         eig=(0.5, 2.0), sgd_beta=2.0, sgd_T=400, out_dir=None, fault=None) -> list[list[Claim]]:
     """T1 floor and (31)'s r^2 term. In the proof's regime (exact solves, n = m, beta L at ``zeta_frac`` of
     the zeta > 0 threshold): the floor of ||grad f(w_bar)||^2 at fixed r has log-log slope 2 in r, and (31)
     bounds it by (1 + 30 p beta) beta^2 L^2 r^2 as T -> infinity. Alg. 1 with SGD at beta = ``sgd_beta``
     (outside the regime) on this toy is reported too. In the regime the server step is beta ~ 0.04/L,
-    so the in-regime toy is better conditioned (spectra in ``eig``) to reach its floor in ~10^3 rounds."""
-    prob = make_toy(m, d, *eig, seed=seed)
-    beta = zeta_frac * zeta_threshold(m, m) / prob.L
+    so the in-regime toy is better conditioned (spectra in ``eig``) to reach its floor in ~10^3 rounds.
+    The seeds run stacked in one simulation per sweep (``floor_sweep_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, *eig, seed=s) for s in seeds]
+    betas = [zeta_frac * zeta_threshold(m, m) / p.L for p in probs]
+    exact = floor_sweep_seeds(probs, rs, betas=betas, T=T, local="exact", seed=seeds[0], fault=fault)
+    sgd = floor_sweep_seeds([make_toy(m, d, seed=s) for s in seeds], rs, betas=[sgd_beta] * len(seeds), T=sgd_T,
+                            local="sgd", seed=seeds[0], fault=fault)
+    return [_r2_floor_claims(prob, beta, *ex, *sg, rs=rs, m=m, eig=eig, T=T, sgd_beta=sgd_beta, sgd_T=sgd_T,
+                             out_dir=out_dir if i == 0 else None)
+            for i, (prob, beta, ex, sg) in enumerate(zip(probs, betas, exact, sgd))]
+
+
+def _r2_floor_claims(prob, beta, g2, gap, g2s, gaps, *, rs, m, eig, T, sgd_beta, sgd_T, out_dir) -> list[Claim]:
     pc = proof_constants(beta, prob.L, m, m)
-    g2, gap = floor_sweep(prob, rs, beta=beta, T=T, local="exact", seed=seed, fault=fault)
-    g2s, gaps = floor_sweep(make_toy(m, d, seed=seed), rs, beta=sgd_beta, T=sgd_T, local="sgd", seed=seed,
-                            fault=fault)
     k_in, k_sgd, k_gap = loglog_slope(rs, g2), loglog_slope(rs, g2s), loglog_slope(rs, gaps)
     coef = (1 + 30 * pc["p"] * beta) * (beta * prob.L) ** 2
     coef_fix = (1 + 30 * pc["p"] * beta) * beta * prob.L ** 2                # the note's corrected beta^1
@@ -758,27 +776,39 @@ def check_partition_std(draws=200, m=100, alpha=0.1, target=829.14, seed=0) -> C
                    "target": target, "percentile": pct, "central_95": [float(lo), float(hi)]})
 
 
-def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
-    """Every check. ``quick`` runs the same designs (rounds, sweeps, toys) with fewer replicates: fewer start
-    points in the flatness check and fewer partition draws, so a verdict does not depend on the mode."""
+def _steps(quick: bool) -> list:
+    """Every check, in the table's order, as steps over a list of seeds (``claims.run_steps``). ``quick`` runs the
+    same designs (rounds, sweeps, toys) with fewer replicates: fewer start points in the flatness check and fewer
+    partition draws, so a verdict does not depend on the mode."""
+    one = lambda f: each_seed(lambda s, o: [f(s, o)])                            # noqa: E731
+    return [one(lambda s, o: check_dual_identities(seed=s)), one(lambda s, o: check_r0_is_feddyn(seed=s, T=8)),
+            one(lambda s, o: check_foc(seed=s)), each_seed(lambda s, o: check_lemmas(seed=s, T=100)),
+            one(lambda s, o: check_zeta_at_stated_beta()),
+            one(lambda s, o: check_beta_region(seed=s, T=300, out_dir=o)), one(lambda s, o: check_exactness(seed=s)),
+            # T = 3000: the floor creeps for ~10^3 rounds after the dual mu_i has travelled to grad f_i(w*)
+            lambda seeds, o: check_r2_floor_seeds(seeds, T=3000, sgd_T=200, out_dir=o),        # seeds stacked
+            each_seed(lambda s, o: check_thm41(seed=s, Ts=(200, 400, 800), out_dir=o)),
+            one(lambda s, o: check_partial_participation(seed=s, T=300)),
+            each_seed(lambda s, o: check_mechanism(seed=s, T=100, out_dir=o)),
+            one(lambda s, o: check_flatness(seed=s, R=16 if quick else 64)),
+            one(lambda s, o: check_partition_std(seed=s, draws=20 if quick else 200)),
+            each_seed(lambda s, o: check_mlp(seeds=(s,)))]       # one problem per seed; over_seeds folds the seeds
+
+
+def run_seeds(seeds: list[int], quick: bool = False, out_dir: Path | None = None) -> list[list[Claim]]:
+    """Every check on every seed: one claim list per seed, each as ``run(seed=s)`` gives it; the checks that
+    can stack the seeds in one simulation do (figures from the first seed)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                       # tiny float64 programs: one thread is fastest and fair
     try:
-        claims = [check_dual_identities(seed=seed), check_r0_is_feddyn(seed=seed, T=8), check_foc(seed=seed)]
-        claims += check_lemmas(seed=seed, T=100)
-        claims += [check_zeta_at_stated_beta(), check_beta_region(seed=seed, T=300, out_dir=out_dir),
-                   check_exactness(seed=seed)]
-        # T = 3000: the floor creeps for ~10^3 rounds after the dual mu_i has travelled to grad f_i(w*)
-        claims += check_r2_floor(seed=seed, T=3000, sgd_T=200, out_dir=out_dir)
-        claims += check_thm41(seed=seed, Ts=(200, 400, 800), out_dir=out_dir)
-        claims.append(check_partial_participation(seed=seed, T=300))
-        claims += check_mechanism(seed=seed, T=100, out_dir=out_dir)
-        claims.append(check_flatness(seed=seed, R=16 if quick else 64))
-        claims.append(check_partition_std(seed=seed, draws=20 if quick else 200))
-        claims += check_mlp(seeds=(seed,))         # one problem per seed; over_seeds folds the seeds
+        return run_steps(_steps(quick), seeds, out_dir)
     finally:
         torch.set_num_threads(threads)
-    return claims
+
+
+def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
+    """Every check on one seed (``run_seeds``)."""
+    return run_seeds([seed], quick, out_dir)[0]
 
 
 # row -> (what is broken, run(seed) at quick sizes); FAULTS name the broken parts of Alg. 1. A perturbed run
