@@ -372,23 +372,34 @@ def check_zeta_at_stated_beta(n=20, m=20, betaL=None) -> Claim:
                    **{k: pc[k] for k in ("p", "q", "bracket")}})
 
 
-def check_beta_region(m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T=600, sgd_eta=0.05, sgd_K=10,
-                      seed=0, out_dir=None, fault=None) -> Claim:
+def check_beta_region(seed=0, **kw) -> Claim:
+    """``check_beta_region_seeds`` for one seed."""
+    return check_beta_region_seeds([seed], **kw)[0]
+
+
+def check_beta_region_seeds(seeds: list[int], m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T=600,
+                            sgd_eta=0.05, sgd_K=10, out_dir=None, fault=None) -> list[Claim]:
     """T5: FedDyn = FedSMOO(r = 0) with exact local solves across beta L. The proven region (zeta > 0) is a
     sufficient condition, so every run inside it must converge. A run converges when its error
     e_t = ||w^t - w*|| contracts: rate = (e_T / e_{T/2})^(2/T) < 1 (rate 0: at machine precision). Alg. 1's
     local SGD at a fixed eta is reported too: its local steps need eta (L + 1/beta) < 2, which fails for
-    small beta."""
-    prob = make_toy(m, d, seed=seed)
-    thr = zeta_threshold(m, m)
-    B, bl = len(betaLs), torch.tensor(betaLs, dtype=DT)
-    rate = {}
+    small beta. The seeds run stacked (``simulate_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    bl = torch.tensor(betaLs, dtype=DT)
+    rates = [{} for _ in seeds]
     for name, kw in (("exact", {"local": "exact"}), ("sgd", {"K": sgd_K, "eta": sgd_eta})):
-        w = simulate(prob, T=T, beta=bl / prob.L, r=0.0, w0=torch.zeros(B, d, dtype=DT), seed=seed, fault=fault,
-                     **kw)["w"]
-        e = (w - prob.x_star).norm(dim=-1)
-        done = e[-1] <= 1e-9 * e[0]
-        rate[name] = torch.where(done, 0.0, (e[-1] / e[T // 2]) ** (2 / T)).nan_to_num(float("inf")).tolist()
+        trs = simulate_seeds(probs, betas=[(bl / p.L).tolist() for p in probs], runs=len(betaLs), T=T, r=0.0,
+                             seed=seeds[0], fault=fault, **kw)
+        for rt, p, tr in zip(rates, probs, trs):
+            e = (tr["w"] - p.x_star).norm(dim=-1)
+            done = e[-1] <= 1e-9 * e[0]
+            rt[name] = torch.where(done, 0.0, (e[-1] / e[T // 2]) ** (2 / T)).nan_to_num(float("inf")).tolist()
+    return [_beta_region_claim(p, rate, betaLs, T, sgd_eta, sgd_K, out_dir if i == 0 else None)
+            for i, (p, rate) in enumerate(zip(probs, rates))]
+
+
+def _beta_region_claim(prob, rate, betaLs, T, sgd_eta, sgd_K, out_dir) -> Claim:
+    thr = zeta_threshold(prob.n, prob.n)
     conv = [x < 1 for x in rate["exact"]]
     inside = [c for b_, c in zip(betaLs, conv) if b_ < thr]
     fig = save_figure(out_dir, f"{PAPER}_beta-region.png",
@@ -432,18 +443,36 @@ def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0
                    "consensus": "(1/m) sum ||w_i^T - w^{T+1}||^2"})
 
 
+def simulate_seeds(probs, *, betas, runs: int | None = None, **kw) -> list[dict]:
+    """``simulate`` on several problems (one per seed, server step ``betas[i]``: a number, or one per run) in
+    one batched run: full participation and GD draw nothing from the seed, so each problem's slice computes
+    exactly what its run alone computes (same operands, same kernels). ``runs``: runs per problem (w0 zeros
+    [seeds, runs, d]; None: one run from 0, as ``simulate``'s default); a list ``r`` must hold one value per run.
+    Returns one trajectory per problem (w, wbar, lam, lam_i, W, shat, shat0, s and active), each slice copied
+    into its own dense tensor, the layout a run alone hands back."""
+    if kw.get("n_active") is not None or kw.get("probe_cos"):
+        raise ValueError("simulate_seeds: full participation without probes only")
+    S, d = len(probs), probs[0].d
+    batch = (S,) if runs is None else (S, runs)
+    beta = [[b] * (runs or 1) if not isinstance(b, (list, tuple)) else list(b) for b in betas]
+    beta = betas[0] if all(b == betas[0] for b in betas) and not isinstance(betas[0], (list, tuple)) else beta
+    if "r" in kw and isinstance(kw["r"], (list, tuple)):
+        kw["r"] = [list(kw["r"])] * S
+    tr = simulate(stack_seeds(probs, len(batch) - 1), beta=beta, w0=torch.zeros(*batch, d, dtype=DT), **kw)
+    keys = ("w", "wbar", "lam", "lam_i", "W", "shat", "shat0", "s")
+    return [{**{k: tr[k][:, i].contiguous() for k in keys}, "active": tr["active"]} for i in range(S)]
+
+
 def floor_sweep_seeds(probs, rs, *, betas, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None) -> list:
     """Tail means of ||grad f(w_bar^t)||^2 and f(w^t) - f* at fixed r, one batched run per r, for several
     problems (one per seed, server step ``betas[i]`` on ``probs[i]``) in one batched run [len(probs), len(rs)]:
     full participation and GD draw nothing from the seed, and each slice of the stacked run computes exactly
     what its problem's run alone computes. One (g2, gap) per problem."""
-    S, R = len(probs), len(rs)
-    beta = betas[0] if all(b == betas[0] for b in betas) else [[b] * R for b in betas]
-    tr = simulate(stack_seeds(probs, 1), T=T, K=K, eta=eta, beta=beta, r=[list(rs)] * S, local=local,
-                  w0=torch.zeros(S, R, probs[0].d, dtype=DT), seed=seed, fault=fault)
+    trs = simulate_seeds(probs, betas=betas, runs=len(rs), T=T, K=K, eta=eta, r=list(rs), local=local, seed=seed,
+                         fault=fault)
     k = max(1, int(tail * T))
-    return [(_gn2(p, tr["wbar"][-k:, i].contiguous()).mean(0).tolist(),
-             (p.f(tr["w"][-k:, i].contiguous()) - p.f_star).mean(0).tolist()) for i, p in enumerate(probs)]
+    return [(_gn2(p, tr["wbar"][-k:]).mean(0).tolist(), (p.f(tr["w"][-k:]) - p.f_star).mean(0).tolist())
+            for p, tr in zip(probs, trs)]
 
 
 def check_r2_floor(seed=0, **kw) -> list[Claim]:
@@ -514,25 +543,41 @@ def thm41_terms(prob, tr, beta: float, r: float, n: int, T: int) -> dict:
     return {"lhs": lhs, "rhs14": rhs14, "rhs31": rhs31, "kappa_f": kf, "delta0": d0, "kappa_r": kr, **pc}
 
 
-def check_thm41(m=20, n_active=None, d=10, Ts=(400, 800, 1600, 3200), r0=0.5, zeta_frac=0.8, eig=(0.5, 2.0),
-                seed=0, out_dir=None, fault=None, fixed_r=False) -> list[Claim]:
+def check_thm41(seed=0, **kw) -> list[Claim]:
+    """``check_thm41_seeds`` for one seed."""
+    return check_thm41_seeds([seed], **kw)[0]
+
+
+def check_thm41_seeds(seeds: list[int], m=20, n_active=None, d=10, Ts=(400, 800, 1600, 3200), r0=0.5,
+                      zeta_frac=0.8, eig=(0.5, 2.0), out_dir=None, fault=None, fixed_r=False) -> list[list[Claim]]:
     """Thm 4.1 with r_T = r0/sqrt(n T) and exact local solves (the proof's idealisation): (14) and (31) with
     the measured kappa_f, delta^0, L; and the O(1/T) rate as a log-log slope of the averaged squared
     gradient. beta sits at ``zeta_frac`` of the zeta > 0 threshold for n = m; ``n_active`` <= 2m/3 leaves
     the regime (q < 0). The rate row has no power at these T: the transient (1/T) sum of the first rounds'
     gradients decays as 1/T whatever r does, so a fixed r passes as well (``fixed_r`` breaks the schedule:
-    the power test shows it is not caught) and the row is labelled vacuous at this scale."""
-    prob = make_toy(m, d, *eig, seed=seed)
+    the power test shows it is not caught) and the row is labelled vacuous at this scale. With full
+    participation the seeds run stacked (``simulate_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, *eig, seed=s) for s in seeds]
     n = m if n_active is None else n_active
-    beta = zeta_frac * zeta_threshold(m, m) / prob.L
-    rows, ctl_lhs = [], []
+    betas = [zeta_frac * zeta_threshold(m, m) / p.L for p in probs]
+
+    def runs(r, T):                                # one trajectory per seed
+        kw = {"T": T, "r": r, "local": "exact", "fault": fault}
+        if n_active is None:
+            return simulate_seeds(probs, betas=betas, seed=seeds[0], **kw)
+        return [simulate(p, beta=b, n_active=n_active, seed=s, **kw) for p, b, s in zip(probs, betas, seeds)]
+    rows, ctl_lhs = [[] for _ in seeds], [[] for _ in seeds]
     for T in Ts:
         r = r0 / math.sqrt(n * (Ts[0] if fixed_r else T))
-        tr = simulate(prob, T=T, beta=beta, r=r, local="exact", n_active=n_active, seed=seed, fault=fault)
-        rows.append(thm41_terms(prob, tr, beta, r, n, T))
         r_fix = r0 / math.sqrt(n * Ts[0])              # control: r held at its T0 value, outside the schedule
-        tr = simulate(prob, T=T, beta=beta, r=r_fix, local="exact", n_active=n_active, seed=seed, fault=fault)
-        ctl_lhs.append(thm41_terms(prob, tr, beta, r_fix, n, T)["lhs"])
+        for i, (p, beta, tr, tc) in enumerate(zip(probs, betas, runs(r, T), runs(r_fix, T))):
+            rows[i].append(thm41_terms(p, tr, beta, r, n, T))
+            ctl_lhs[i].append(thm41_terms(p, tc, beta, r_fix, n, T)["lhs"])
+    return [_thm41_claims(p, beta, rows[i], ctl_lhs[i], m=m, n=n, eig=eig, r0=r0, Ts=Ts, fixed_r=fixed_r,
+                          out_dir=out_dir if i == 0 else None) for i, (p, beta) in enumerate(zip(probs, betas))]
+
+
+def _thm41_claims(prob, beta, rows, ctl_lhs, *, m, n, eig, r0, Ts, fixed_r, out_dir) -> list[Claim]:
     lhs = [x["lhs"] for x in rows]
     fit, ctl = loglog_fit(Ts, lhs), loglog_fit(Ts, ctl_lhs)
     k = fit[0]
@@ -784,10 +829,11 @@ def _steps(quick: bool) -> list:
     return [one(lambda s, o: check_dual_identities(seed=s)), one(lambda s, o: check_r0_is_feddyn(seed=s, T=8)),
             one(lambda s, o: check_foc(seed=s)), each_seed(lambda s, o: check_lemmas(seed=s, T=100)),
             one(lambda s, o: check_zeta_at_stated_beta()),
-            one(lambda s, o: check_beta_region(seed=s, T=300, out_dir=o)), one(lambda s, o: check_exactness(seed=s)),
+            lambda seeds, o: [[c] for c in check_beta_region_seeds(seeds, T=300, out_dir=o)],   # seeds stacked
+            one(lambda s, o: check_exactness(seed=s)),
             # T = 3000: the floor creeps for ~10^3 rounds after the dual mu_i has travelled to grad f_i(w*)
             lambda seeds, o: check_r2_floor_seeds(seeds, T=3000, sgd_T=200, out_dir=o),        # seeds stacked
-            each_seed(lambda s, o: check_thm41(seed=s, Ts=(200, 400, 800), out_dir=o)),
+            lambda seeds, o: check_thm41_seeds(seeds, Ts=(200, 400, 800), out_dir=o),           # seeds stacked
             one(lambda s, o: check_partial_participation(seed=s, T=300)),
             each_seed(lambda s, o: check_mechanism(seed=s, T=100, out_dir=o)),
             one(lambda s, o: check_flatness(seed=s, R=16 if quick else 64)),
