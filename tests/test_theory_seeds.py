@@ -68,7 +68,8 @@ def test_stack_seeds_keeps_per_seed_constants_apart():
 
 @pytest.mark.parametrize("check,kw", [("check_r2_floor", {"T": 200, "sgd_T": 30}),
                                       ("check_beta_region", {"T": 60}),
-                                      ("check_thm41", {"Ts": (50, 100)})])
+                                      ("check_thm41", {"Ts": (50, 100)}),
+                                      ("check_exactness", {"T": 60})])
 def test_converted_checks_give_each_seed_its_own_rows(check, kw):
     stacked = getattr(F, check + "_seeds")(SEEDS, **kw)
     for s, rows in zip(SEEDS, stacked):

@@ -421,17 +421,29 @@ def _beta_region_claim(prob, rate, betaLs, T, sgd_eta, sgd_K, out_dir) -> Claim:
 # ---------------------------------------------------------------------------------------------------
 # T1: exactness vs drift floors, and the r^2 floor
 # ---------------------------------------------------------------------------------------------------
-def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0, fault=None) -> Claim:
+def check_exactness(seed=0, **kw) -> Claim:
+    """``check_exactness_seeds`` for one seed."""
+    return check_exactness_seeds([seed], **kw)[0]
+
+
+def check_exactness_seeds(seeds: list[int], m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05,
+                          fault=None) -> list[Claim]:
     """T1 / Remark 4.3: with full participation FedDyn and FedSMOO(r = 0) reach f* with consensus
     -> 0, FedAvg and FedSAM keep a client-drift floor. (FedSAM at r = 0 is FedAvg; FedSMOO at r = 0 is
-    FedDyn.)"""
-    prob = make_toy(m, d, seed=seed)
-    res, w0 = {}, torch.zeros(2, d, dtype=DT)
+    FedDyn.) The seeds run stacked (``simulate_seeds``)."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    res = [{} for _ in seeds]
     for names, meth in ((("FedAvg", "FedSAM"), "fedsam"), (("FedDyn", f"FedSMOO r={r}"), "fedsmoo")):
-        tr = simulate(prob, method=meth, T=T, K=K, eta=eta, beta=beta, r=[0.0, r], w0=w0, seed=seed, fault=fault)
-        gap = (prob.f(tr["w"][-1]) - prob.f_star).tolist()
-        cons = (tr["W"][-1] - tr["w"][-1].unsqueeze(-2)).pow(2).sum(-1).mean(-1).tolist()
-        res.update({nm: (g, c) for nm, g, c in zip(names, gap, cons)})
+        trs = simulate_seeds(probs, betas=[beta] * len(seeds), runs=2, method=meth, T=T, K=K, eta=eta, r=[0.0, r],
+                             seed=seeds[0], fault=fault)
+        for rs, prob, tr in zip(res, probs, trs):
+            gap = (prob.f(tr["w"][-1]) - prob.f_star).tolist()
+            cons = (tr["W"][-1] - tr["w"][-1].unsqueeze(-2)).pow(2).sum(-1).mean(-1).tolist()
+            rs.update({nm: (g, c) for nm, g, c in zip(names, gap, cons)})
+    return [_exactness_claim(x, T, K, eta, beta, r) for x in res]
+
+
+def _exactness_claim(res, T, K, eta, beta, r) -> Claim:
     exact = res["FedDyn"][0] < 1e-6 and res["FedDyn"][1] < 1e-3
     floor = min(res["FedAvg"][0], res["FedSAM"][0]) > 100 * max(res["FedDyn"][0], 1e-12)
     return _claim("T1-exactness", "dynamic regularisation removes the client-drift floor",
@@ -830,7 +842,7 @@ def _steps(quick: bool) -> list:
             one(lambda s, o: check_foc(seed=s)), each_seed(lambda s, o: check_lemmas(seed=s, T=100)),
             one(lambda s, o: check_zeta_at_stated_beta()),
             lambda seeds, o: [[c] for c in check_beta_region_seeds(seeds, T=300, out_dir=o)],   # seeds stacked
-            one(lambda s, o: check_exactness(seed=s)),
+            lambda seeds, o: [[c] for c in check_exactness_seeds(seeds)],               # seeds stacked
             # T = 3000: the floor creeps for ~10^3 rounds after the dual mu_i has travelled to grad f_i(w*)
             lambda seeds, o: check_r2_floor_seeds(seeds, T=3000, sgd_T=200, out_dir=o),        # seeds stacked
             lambda seeds, o: check_thm41_seeds(seeds, Ts=(200, 400, 800), out_dir=o),           # seeds stacked
