@@ -56,6 +56,8 @@ def test_a_seed_mixup_is_caught():
 def test_simulate_seeds_refuses_partial_participation():
     probs = [F.make_toy(6, 4, seed=s) for s in SEEDS[:2]]
     with pytest.raises(ValueError, match="full participation"):
+        F.simulate_seeds(probs, betas=[1.0, 1.0], T=2, probe_cos=True)
+    with pytest.raises(ValueError, match="full participation"):
         F.simulate_seeds(probs, betas=[1.0, 1.0], T=2, n_active=3)
 
 
@@ -69,7 +71,8 @@ def test_stack_seeds_keeps_per_seed_constants_apart():
 @pytest.mark.parametrize("check,kw", [("check_r2_floor", {"T": 200, "sgd_T": 30}),
                                       ("check_beta_region", {"T": 60}),
                                       ("check_thm41", {"Ts": (50, 100)}),
-                                      ("check_exactness", {"T": 60})])
+                                      ("check_exactness", {"T": 60}),
+                                      ("check_mechanism", {"T": 40, "Ks": (10, 20)})])
 def test_converted_checks_give_each_seed_its_own_rows(check, kw):
     stacked = getattr(F, check + "_seeds")(SEEDS, **kw)
     for s, rows in zip(SEEDS, stacked):

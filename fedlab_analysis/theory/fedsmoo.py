@@ -460,10 +460,10 @@ def simulate_seeds(probs, *, betas, runs: int | None = None, **kw) -> list[dict]
     one batched run: full participation and GD draw nothing from the seed, so each problem's slice computes
     exactly what its run alone computes (same operands, same kernels). ``runs``: runs per problem (w0 zeros
     [seeds, runs, d]; None: one run from 0, as ``simulate``'s default); a list ``r`` must hold one value per run.
-    Returns one trajectory per problem (w, wbar, lam, lam_i, W, shat, shat0, s and active), each slice copied
-    into its own dense tensor, the layout a run alone hands back."""
-    if kw.get("n_active") is not None or kw.get("probe_cos"):
-        raise ValueError("simulate_seeds: full participation without probes only")
+    Returns one trajectory per problem (w, wbar, lam, lam_i, W, shat, shat0, s, active and the probes cos_g,
+    cons), each slice copied into its own dense tensor, the layout a run alone hands back."""
+    if kw.get("n_active") is not None or kw.get("probe_cos") is True:     # the cos probe's grad f of a client
+        raise ValueError("simulate_seeds: full participation only, no cos probe")   # table does not broadcast
     S, d = len(probs), probs[0].d
     batch = (S,) if runs is None else (S, runs)
     beta = [[b] * (runs or 1) if not isinstance(b, (list, tuple)) else list(b) for b in betas]
@@ -472,7 +472,8 @@ def simulate_seeds(probs, *, betas, runs: int | None = None, **kw) -> list[dict]
         kw["r"] = [list(kw["r"])] * S
     tr = simulate(stack_seeds(probs, len(batch) - 1), beta=beta, w0=torch.zeros(*batch, d, dtype=DT), **kw)
     keys = ("w", "wbar", "lam", "lam_i", "W", "shat", "shat0", "s")
-    return [{**{k: tr[k][:, i].contiguous() for k in keys}, "active": tr["active"]} for i in range(S)]
+    return [{**{k: tr[k][:, i].contiguous() for k in keys}, "active": tr["active"],
+             **{k: tr[k][:, :, i].contiguous() for k in ("cos_g", "cons")}} for i in range(S)]
 
 
 def floor_sweep_seeds(probs, rs, *, betas, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None) -> list:
@@ -642,8 +643,13 @@ def check_partial_participation(m=20, n_active=5, d=10, T=700, K=10, eta=0.05, b
 # ---------------------------------------------------------------------------------------------------
 # T6 mechanism and T7 flatness
 # ---------------------------------------------------------------------------------------------------
-def check_mechanism(m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0.05, tail=0.2, seed=0,
-                    Ks=(10, 20, 40), out_dir=None, fault=None) -> list[Claim]:
+def check_mechanism(seed=0, **kw) -> list[Claim]:
+    """``check_mechanism_seeds`` for one seed."""
+    return check_mechanism_seeds([seed], **kw)[0]
+
+
+def check_mechanism_seeds(seeds: list[int], m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0.05,
+                          tail=0.2, Ks=(10, 20, 40), out_dir=None, fault=None) -> list[list[Claim]]:
     """T6 (Sec. 3.2-3.3) and the constraint s_i = s of eq. (8), with Alg. 1's local SGD:
     (1) FedSMOO's corrected local perturbation follows the global SAM direction grad f(w_{i,k}) better than
     FedSAM's local one (mean cosine over rounds, steps, active clients; ``margin`` decides);
@@ -652,11 +658,20 @@ def check_mechanism(m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0
     (3) the local perturbations agree with s, as the augmented Lagrangian's constraint s_i = s promises at the
     solution of the local problem: the end-of-round violation ||s_hat_{i,K-1} - s^t|| / r (tail rounds) must
     fall as the local solve gets longer, K in ``Ks`` at fixed eta: strictly decreasing in K holds, strictly
-    increasing is a violation, anything else is inconclusive. No threshold on one K's value."""
-    prob = make_toy(m, d, seed=seed)
-    tr = {meth: simulate(prob, method=meth, T=T, K=K, eta=eta, beta=beta, r=r, seed=seed, probe_cos=True,
-                         fault=fault)
-          for meth in ("fedsmoo", "fedsam")}
+    increasing is a violation, anything else is inconclusive. No threshold on one K's value. The runs at the
+    other Ks (constraint probe only) stack the seeds (``simulate_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    kw = {"betas": [beta] * len(seeds), "T": T, "eta": eta, "r": r, "seed": seeds[0], "fault": fault}
+    trs = {meth: [simulate(p, method=meth, K=K, beta=beta, probe_cos=True, T=T, eta=eta, r=r, seed=s, fault=fault)
+                  for p, s in zip(probs, seeds)] for meth in ("fedsmoo", "fedsam")}           # one run per seed
+    cons = {Kc: [x["cons"] for x in trs["fedsmoo"]] if Kc == K else
+            [x["cons"] for x in simulate_seeds(probs, method="fedsmoo", K=Kc, probe_cos="cons", **kw)] for Kc in Ks}
+    return [_mechanism_claims(p, {k: v[i] for k, v in trs.items()}, {Kc: c[i] for Kc, c in cons.items()}, m=m, T=T,
+                              K=K, eta=eta, beta=beta, r=r, margin=margin, tail=tail, Ks=Ks,
+                              out_dir=out_dir if i == 0 else None) for i, p in enumerate(probs)]
+
+
+def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks, out_dir) -> list[Claim]:
     cs = {k: float(v["cos_g"].mean()) for k, v in tr.items()}
     sm, k0 = tr["fedsmoo"], max(1, int(tail * T))
     c_srv = cos(sm["s"][1:-1], prob.grad_f(sm["w"][1:-1]))
@@ -664,9 +679,7 @@ def check_mechanism(m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0
     c_tail, cons_k = float(c_srv[-k0:].mean()), sm["cons"][-k0:].mean(0)
     end = []                                   # [len(Ks), tail rounds]: violation at the last local step
     for Kc in Ks:
-        c = sm["cons"] if Kc == K else simulate(prob, method="fedsmoo", T=T, K=Kc, eta=eta, beta=beta, r=r,
-                                                  seed=seed, probe_cos="cons", fault=fault)["cons"]
-        end.append(c[-k0:, -1].reshape(k0, -1).mean(-1).numpy())
+        end.append(cons[Kc][-k0:, -1].reshape(k0, -1).mean(-1).numpy())
     fit = loglog_fit(Ks, np.stack(end))
     steps = np.diff([float(e.mean()) for e in end])
     trend = HOLDS if (steps < 0).all() else VIOLATED if (steps > 0).all() else INCONCLUSIVE
@@ -847,7 +860,7 @@ def _steps(quick: bool) -> list:
             lambda seeds, o: check_r2_floor_seeds(seeds, T=3000, sgd_T=200, out_dir=o),        # seeds stacked
             lambda seeds, o: check_thm41_seeds(seeds, Ts=(200, 400, 800), out_dir=o),           # seeds stacked
             one(lambda s, o: check_partial_participation(seed=s, T=300)),
-            each_seed(lambda s, o: check_mechanism(seed=s, T=100, out_dir=o)),
+            lambda seeds, o: check_mechanism_seeds(seeds, T=100, out_dir=o),              # seeds stacked
             one(lambda s, o: check_flatness(seed=s, R=16 if quick else 64)),
             one(lambda s, o: check_partition_std(seed=s, draws=20 if quick else 200)),
             each_seed(lambda s, o: check_mlp(seeds=(s,)))]       # one problem per seed; over_seeds folds the seeds
