@@ -72,7 +72,8 @@ def test_stack_seeds_keeps_per_seed_constants_apart():
                                       ("check_beta_region", {"T": 60}),
                                       ("check_thm41", {"Ts": (50, 100)}),
                                       ("check_exactness", {"T": 60}),
-                                      ("check_mechanism", {"T": 40, "Ks": (10, 20)})])
+                                      ("check_mechanism", {"T": 40, "Ks": (10, 20)}),
+                                      ("check_lemmas", {"T": 40})])
 def test_converted_checks_give_each_seed_its_own_rows(check, kw):
     stacked = getattr(F, check + "_seeds")(SEEDS, **kw)
     for s, rows in zip(SEEDS, stacked):
