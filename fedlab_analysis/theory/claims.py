@@ -183,15 +183,35 @@ def fold(rows: list[Claim]) -> Claim:
                  min(slacks) if slacks else None, seeds, tally, spread, first.perturbation, first.caught)
 
 
+def each_seed(check):
+    """A step of ``run_steps`` from a per-seed ``check(seed, out_dir) -> list[Claim]`` (figures: first seed)."""
+    return lambda seeds, out_dir: [check(s, out_dir if i == 0 else None) for i, s in enumerate(seeds)]
+
+
+def run_steps(steps, seeds: list[int], out_dir=None) -> list[list[Claim]]:
+    """A paper's checks in order, each ``step(seeds, out_dir) -> one claim list per seed`` (a check that stacks
+    the seeds in one simulation, or ``each_seed``): one claim list per seed, rows in the order of the steps."""
+    per_seed: list[list[Claim]] = [[] for _ in seeds]
+    for step in steps:
+        for rows, new in zip(per_seed, step(list(seeds), out_dir), strict=True):
+            rows += new
+    return per_seed
+
+
 def over_seeds(run, seeds: list[int], **kw) -> list[Claim]:
-    """``run(seed=s, out_dir=...)`` for every seed (figures from the first seed only), folded by claim id."""
+    """``run(seed=s, out_dir=...)`` for every seed (figures from the first seed only), folded by claim id. When
+    ``run`` is a paper module's ``run`` and that module has ``run_seeds(seeds, quick=, out_dir=)`` (one claim
+    list per seed, as ``run`` gives each), that is called once instead: it stacks seeds where it can."""
+    import sys
     out_dir = kw.pop("out_dir", None)
-    per_seed = []
-    for i, s in enumerate(seeds):
-        claims = run(seed=s, out_dir=out_dir if i == 0 else None, **kw)
+    mod = sys.modules.get(getattr(run, "__module__", ""))
+    if getattr(mod, "run", None) is run and hasattr(mod, "run_seeds"):
+        per_seed = mod.run_seeds(list(seeds), out_dir=out_dir, **kw)
+    else:
+        per_seed = [run(seed=s, out_dir=out_dir if i == 0 else None, **kw) for i, s in enumerate(seeds)]
+    for s, claims in zip(seeds, per_seed, strict=True):
         for c in claims:
             c.seeds = c.seeds or [s]
-        per_seed.append(claims)
     order, rows = [], {}
     for claims in per_seed:
         for c in claims:

@@ -21,12 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity,
-                     loglog_fit, loglog_slope, rate, slack, slope)
+from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, each_seed,
+                     identity, loglog_fit, loglog_slope, rate, run_steps, slack, slope)
 from . import rules
 from .engine_toys import make_run
 from .rules import unit
-from .toys import DT, HeteroQuadratics, _mv, no_autograd, participation_mask, save_figure, spectrum_matrix
+from .toys import (DT, HeteroQuadratics, _mv, no_autograd, participation_mask, save_figure, spectrum_matrix,
+                   stack_seeds)
 from .toys_nonconvex import make_mlp_problem, make_sharp_flat
 
 PAPER = "fedsmoo"
@@ -321,18 +322,30 @@ def _excess(lhs, rhs) -> float:
     return float(((lhs - rhs) / (lhs.abs() + rhs.abs()).clamp_min(1e-300)).max())
 
 
-def check_lemmas(m=20, d=10, T=100, betaL=0.1, r=0.1, sgd_K=10, sgd_eta=0.02, seed=0, fault=None) -> list[Claim]:
+def check_lemmas(seed=0, **kw) -> list[Claim]:
+    """``check_lemmas_seeds`` for one seed."""
+    return check_lemmas_seeds([seed], **kw)[0]
+
+
+def check_lemmas_seeds(seeds: list[int], m=20, d=10, T=100, betaL=0.1, r=0.1, sgd_K=10, sgd_eta=0.02,
+                       fault=None) -> list[list[Claim]]:
     """T4: (24), (25) with n = m and (26), along full-participation exact-solve trajectories; the same
     inequalities along Alg. 1's SGD trajectory are reported in the details (inexact: outside the proof).
     beta L = 0.1, not larger: at 0.2 the term 36 b^2 L^2 delta of (24) already pays for the drift of an
     algorithm without the dual correction, so (24) could not tell FedSMOO from one (no power). (25) with n = m
     reads delta^t <= 4 ups^t, true for every algorithm whose w_bar is the mean of the local models (the mean
-    minimises the sum of squared distances): a sanity check of our code, not a finding."""
-    prob = make_toy(m, d, seed=seed)
-    beta = betaL / prob.L
-    ex = lemma_excess(prob, simulate(prob, T=T, beta=beta, r=r, local="exact", seed=seed, fault=fault), beta, r, m)
-    sg = lemma_excess(prob, simulate(prob, T=T, K=sgd_K, eta=sgd_eta, beta=beta, r=r, seed=seed, fault=fault),
-                      beta, r, m)
+    minimises the sum of squared distances): a sanity check of our code, not a finding. The seeds run stacked
+    (``simulate_seeds``)."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    betas = [betaL / p.L for p in probs]
+    kw = {"betas": betas, "T": T, "r": r, "seed": seeds[0], "fault": fault}
+    exs = simulate_seeds(probs, local="exact", **kw)
+    sgs = simulate_seeds(probs, K=sgd_K, eta=sgd_eta, **kw)
+    return [_lemmas_claims(p, lemma_excess(p, ex, b, r, m), lemma_excess(p, sg, b, r, m), b, m=m, T=T, betaL=betaL,
+                           r=r, sgd_K=sgd_K, sgd_eta=sgd_eta) for p, b, ex, sg in zip(probs, betas, exs, sgs)]
+
+
+def _lemmas_claims(prob, ex, sg, beta, *, m, T, betaL, r, sgd_K, sgd_eta) -> list[Claim]:
     c5_regime = betaL < 1 / (2 * math.sqrt(3))
     base = {"m": m, "n": m, "T": T, "beta": beta, "betaL": betaL, "r": r, "L": prob.L,
             "sgd": {"K": sgd_K, "eta": sgd_eta, "max_rel_excess": sg},
@@ -371,23 +384,34 @@ def check_zeta_at_stated_beta(n=20, m=20, betaL=None) -> Claim:
                    **{k: pc[k] for k in ("p", "q", "bracket")}})
 
 
-def check_beta_region(m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T=600, sgd_eta=0.05, sgd_K=10,
-                      seed=0, out_dir=None, fault=None) -> Claim:
+def check_beta_region(seed=0, **kw) -> Claim:
+    """``check_beta_region_seeds`` for one seed."""
+    return check_beta_region_seeds([seed], **kw)[0]
+
+
+def check_beta_region_seeds(seeds: list[int], m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T=600,
+                            sgd_eta=0.05, sgd_K=10, out_dir=None, fault=None) -> list[Claim]:
     """T5: FedDyn = FedSMOO(r = 0) with exact local solves across beta L. The proven region (zeta > 0) is a
     sufficient condition, so every run inside it must converge. A run converges when its error
     e_t = ||w^t - w*|| contracts: rate = (e_T / e_{T/2})^(2/T) < 1 (rate 0: at machine precision). Alg. 1's
     local SGD at a fixed eta is reported too: its local steps need eta (L + 1/beta) < 2, which fails for
-    small beta."""
-    prob = make_toy(m, d, seed=seed)
-    thr = zeta_threshold(m, m)
-    B, bl = len(betaLs), torch.tensor(betaLs, dtype=DT)
-    rate = {}
+    small beta. The seeds run stacked (``simulate_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    bl = torch.tensor(betaLs, dtype=DT)
+    rates = [{} for _ in seeds]
     for name, kw in (("exact", {"local": "exact"}), ("sgd", {"K": sgd_K, "eta": sgd_eta})):
-        w = simulate(prob, T=T, beta=bl / prob.L, r=0.0, w0=torch.zeros(B, d, dtype=DT), seed=seed, fault=fault,
-                     **kw)["w"]
-        e = (w - prob.x_star).norm(dim=-1)
-        done = e[-1] <= 1e-9 * e[0]
-        rate[name] = torch.where(done, 0.0, (e[-1] / e[T // 2]) ** (2 / T)).nan_to_num(float("inf")).tolist()
+        trs = simulate_seeds(probs, betas=[(bl / p.L).tolist() for p in probs], runs=len(betaLs), T=T, r=0.0,
+                             seed=seeds[0], fault=fault, **kw)
+        for rt, p, tr in zip(rates, probs, trs):
+            e = (tr["w"] - p.x_star).norm(dim=-1)
+            done = e[-1] <= 1e-9 * e[0]
+            rt[name] = torch.where(done, 0.0, (e[-1] / e[T // 2]) ** (2 / T)).nan_to_num(float("inf")).tolist()
+    return [_beta_region_claim(p, rate, betaLs, T, sgd_eta, sgd_K, out_dir if i == 0 else None)
+            for i, (p, rate) in enumerate(zip(probs, rates))]
+
+
+def _beta_region_claim(prob, rate, betaLs, T, sgd_eta, sgd_K, out_dir) -> Claim:
+    thr = zeta_threshold(prob.n, prob.n)
     conv = [x < 1 for x in rate["exact"]]
     inside = [c for b_, c in zip(betaLs, conv) if b_ < thr]
     fig = save_figure(out_dir, f"{PAPER}_beta-region.png",
@@ -409,17 +433,29 @@ def check_beta_region(m=20, d=10, betaLs=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30), T
 # ---------------------------------------------------------------------------------------------------
 # T1: exactness vs drift floors, and the r^2 floor
 # ---------------------------------------------------------------------------------------------------
-def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0, fault=None) -> Claim:
+def check_exactness(seed=0, **kw) -> Claim:
+    """``check_exactness_seeds`` for one seed."""
+    return check_exactness_seeds([seed], **kw)[0]
+
+
+def check_exactness_seeds(seeds: list[int], m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05,
+                          fault=None) -> list[Claim]:
     """T1 / Remark 4.3: with full participation FedDyn and FedSMOO(r = 0) reach f* with consensus
     -> 0, FedAvg and FedSAM keep a client-drift floor. (FedSAM at r = 0 is FedAvg; FedSMOO at r = 0 is
-    FedDyn.)"""
-    prob = make_toy(m, d, seed=seed)
-    res, w0 = {}, torch.zeros(2, d, dtype=DT)
+    FedDyn.) The seeds run stacked (``simulate_seeds``)."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    res = [{} for _ in seeds]
     for names, meth in ((("FedAvg", "FedSAM"), "fedsam"), (("FedDyn", f"FedSMOO r={r}"), "fedsmoo")):
-        tr = simulate(prob, method=meth, T=T, K=K, eta=eta, beta=beta, r=[0.0, r], w0=w0, seed=seed, fault=fault)
-        gap = (prob.f(tr["w"][-1]) - prob.f_star).tolist()
-        cons = (tr["W"][-1] - tr["w"][-1].unsqueeze(-2)).pow(2).sum(-1).mean(-1).tolist()
-        res.update({nm: (g, c) for nm, g, c in zip(names, gap, cons)})
+        trs = simulate_seeds(probs, betas=[beta] * len(seeds), runs=2, method=meth, T=T, K=K, eta=eta, r=[0.0, r],
+                             seed=seeds[0], fault=fault)
+        for rs, prob, tr in zip(res, probs, trs):
+            gap = (prob.f(tr["w"][-1]) - prob.f_star).tolist()
+            cons = (tr["W"][-1] - tr["w"][-1].unsqueeze(-2)).pow(2).sum(-1).mean(-1).tolist()
+            rs.update({nm: (g, c) for nm, g, c in zip(names, gap, cons)})
+    return [_exactness_claim(x, T, K, eta, beta, r) for x in res]
+
+
+def _exactness_claim(res, T, K, eta, beta, r) -> Claim:
     exact = res["FedDyn"][0] < 1e-6 and res["FedDyn"][1] < 1e-3
     floor = min(res["FedAvg"][0], res["FedSAM"][0]) > 100 * max(res["FedDyn"][0], 1e-12)
     return _claim("T1-exactness", "dynamic regularisation removes the client-drift floor",
@@ -431,28 +467,64 @@ def check_exactness(m=20, d=10, T=300, K=10, eta=0.05, beta=10.0, r=0.05, seed=0
                    "consensus": "(1/m) sum ||w_i^T - w^{T+1}||^2"})
 
 
-def floor_sweep(prob, rs, *, beta, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None):
-    """Tail means of ||grad f(w_bar^t)||^2 and f(w^t) - f* at fixed r, one batched run per r."""
-    tr = simulate(prob, T=T, K=K, eta=eta, beta=beta, r=list(rs), local=local,
-                  w0=torch.zeros(len(rs), prob.d, dtype=DT), seed=seed, fault=fault)
+def simulate_seeds(probs, *, betas, runs: int | None = None, **kw) -> list[dict]:
+    """``simulate`` on several problems (one per seed, server step ``betas[i]``: a number, or one per run) in
+    one batched run: full participation and GD draw nothing from the seed, so each problem's slice computes
+    exactly what its run alone computes (same operands, same kernels). ``runs``: runs per problem (w0 zeros
+    [seeds, runs, d]; None: one run from 0, as ``simulate``'s default); a list ``r`` must hold one value per run.
+    Returns one trajectory per problem (w, wbar, lam, lam_i, W, shat, shat0, s, active and the probes cos_g,
+    cons), each slice copied into its own dense tensor, the layout a run alone hands back."""
+    if kw.get("n_active") is not None or kw.get("probe_cos") is True:     # the cos probe's grad f of a client
+        raise ValueError("simulate_seeds: full participation only, no cos probe")   # table does not broadcast
+    S, d = len(probs), probs[0].d
+    batch = (S,) if runs is None else (S, runs)
+    beta = [[b] * (runs or 1) if not isinstance(b, (list, tuple)) else list(b) for b in betas]
+    beta = betas[0] if all(b == betas[0] for b in betas) and not isinstance(betas[0], (list, tuple)) else beta
+    if "r" in kw and isinstance(kw["r"], (list, tuple)):
+        kw["r"] = [list(kw["r"])] * S
+    tr = simulate(stack_seeds(probs, len(batch) - 1), beta=beta, w0=torch.zeros(*batch, d, dtype=DT), **kw)
+    keys = ("w", "wbar", "lam", "lam_i", "W", "shat", "shat0", "s")
+    return [{**{k: tr[k][:, i].contiguous() for k in keys}, "active": tr["active"],
+             **{k: tr[k][:, :, i].contiguous() for k in ("cos_g", "cons")}} for i in range(S)]
+
+
+def floor_sweep_seeds(probs, rs, *, betas, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None) -> list:
+    """Tail means of ||grad f(w_bar^t)||^2 and f(w^t) - f* at fixed r, one batched run per r, for several
+    problems (one per seed, server step ``betas[i]`` on ``probs[i]``) in one batched run [len(probs), len(rs)]:
+    full participation and GD draw nothing from the seed, and each slice of the stacked run computes exactly
+    what its problem's run alone computes. One (g2, gap) per problem."""
+    trs = simulate_seeds(probs, betas=betas, runs=len(rs), T=T, K=K, eta=eta, r=list(rs), local=local, seed=seed,
+                         fault=fault)
     k = max(1, int(tail * T))
-    g2 = _gn2(prob, tr["wbar"][-k:]).mean(0).tolist()
-    return g2, (prob.f(tr["w"][-k:]) - prob.f_star).mean(0).tolist()
+    return [(_gn2(p, tr["wbar"][-k:]).mean(0).tolist(), (p.f(tr["w"][-k:]) - p.f_star).mean(0).tolist())
+            for p, tr in zip(probs, trs)]
 
 
-def check_r2_floor(m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T=2000, eig=(0.5, 2.0),
-                   sgd_beta=2.0, sgd_T=400, seed=0, out_dir=None, fault=None) -> list[Claim]:
+def check_r2_floor(seed=0, **kw) -> list[Claim]:
+    """``check_r2_floor_seeds`` for one seed."""
+    return check_r2_floor_seeds([seed], **kw)[0]
+
+
+def check_r2_floor_seeds(seeds: list[int], m=20, d=10, rs=(0.025, 0.05, 0.1, 0.2, 0.4), zeta_frac=0.8, T=2000,
+                         eig=(0.5, 2.0), sgd_beta=2.0, sgd_T=400, out_dir=None, fault=None) -> list[list[Claim]]:
     """T1 floor and (31)'s r^2 term. In the proof's regime (exact solves, n = m, beta L at ``zeta_frac`` of
     the zeta > 0 threshold): the floor of ||grad f(w_bar)||^2 at fixed r has log-log slope 2 in r, and (31)
     bounds it by (1 + 30 p beta) beta^2 L^2 r^2 as T -> infinity. Alg. 1 with SGD at beta = ``sgd_beta``
     (outside the regime) on this toy is reported too. In the regime the server step is beta ~ 0.04/L,
-    so the in-regime toy is better conditioned (spectra in ``eig``) to reach its floor in ~10^3 rounds."""
-    prob = make_toy(m, d, *eig, seed=seed)
-    beta = zeta_frac * zeta_threshold(m, m) / prob.L
+    so the in-regime toy is better conditioned (spectra in ``eig``) to reach its floor in ~10^3 rounds.
+    The seeds run stacked in one simulation per sweep (``floor_sweep_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, *eig, seed=s) for s in seeds]
+    betas = [zeta_frac * zeta_threshold(m, m) / p.L for p in probs]
+    exact = floor_sweep_seeds(probs, rs, betas=betas, T=T, local="exact", seed=seeds[0], fault=fault)
+    sgd = floor_sweep_seeds([make_toy(m, d, seed=s) for s in seeds], rs, betas=[sgd_beta] * len(seeds), T=sgd_T,
+                            local="sgd", seed=seeds[0], fault=fault)
+    return [_r2_floor_claims(prob, beta, *ex, *sg, rs=rs, m=m, eig=eig, T=T, sgd_beta=sgd_beta, sgd_T=sgd_T,
+                             out_dir=out_dir if i == 0 else None)
+            for i, (prob, beta, ex, sg) in enumerate(zip(probs, betas, exact, sgd))]
+
+
+def _r2_floor_claims(prob, beta, g2, gap, g2s, gaps, *, rs, m, eig, T, sgd_beta, sgd_T, out_dir) -> list[Claim]:
     pc = proof_constants(beta, prob.L, m, m)
-    g2, gap = floor_sweep(prob, rs, beta=beta, T=T, local="exact", seed=seed, fault=fault)
-    g2s, gaps = floor_sweep(make_toy(m, d, seed=seed), rs, beta=sgd_beta, T=sgd_T, local="sgd", seed=seed,
-                            fault=fault)
     k_in, k_sgd, k_gap = loglog_slope(rs, g2), loglog_slope(rs, g2s), loglog_slope(rs, gaps)
     coef = (1 + 30 * pc["p"] * beta) * (beta * prob.L) ** 2
     coef_fix = (1 + 30 * pc["p"] * beta) * beta * prob.L ** 2                # the note's corrected beta^1
@@ -496,25 +568,41 @@ def thm41_terms(prob, tr, beta: float, r: float, n: int, T: int) -> dict:
     return {"lhs": lhs, "rhs14": rhs14, "rhs31": rhs31, "kappa_f": kf, "delta0": d0, "kappa_r": kr, **pc}
 
 
-def check_thm41(m=20, n_active=None, d=10, Ts=(400, 800, 1600, 3200), r0=0.5, zeta_frac=0.8, eig=(0.5, 2.0),
-                seed=0, out_dir=None, fault=None, fixed_r=False) -> list[Claim]:
+def check_thm41(seed=0, **kw) -> list[Claim]:
+    """``check_thm41_seeds`` for one seed."""
+    return check_thm41_seeds([seed], **kw)[0]
+
+
+def check_thm41_seeds(seeds: list[int], m=20, n_active=None, d=10, Ts=(400, 800, 1600, 3200), r0=0.5,
+                      zeta_frac=0.8, eig=(0.5, 2.0), out_dir=None, fault=None, fixed_r=False) -> list[list[Claim]]:
     """Thm 4.1 with r_T = r0/sqrt(n T) and exact local solves (the proof's idealisation): (14) and (31) with
     the measured kappa_f, delta^0, L; and the O(1/T) rate as a log-log slope of the averaged squared
     gradient. beta sits at ``zeta_frac`` of the zeta > 0 threshold for n = m; ``n_active`` <= 2m/3 leaves
     the regime (q < 0). The rate row has no power at these T: the transient (1/T) sum of the first rounds'
     gradients decays as 1/T whatever r does, so a fixed r passes as well (``fixed_r`` breaks the schedule:
-    the power test shows it is not caught) and the row is labelled vacuous at this scale."""
-    prob = make_toy(m, d, *eig, seed=seed)
+    the power test shows it is not caught) and the row is labelled vacuous at this scale. With full
+    participation the seeds run stacked (``simulate_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, *eig, seed=s) for s in seeds]
     n = m if n_active is None else n_active
-    beta = zeta_frac * zeta_threshold(m, m) / prob.L
-    rows, ctl_lhs = [], []
+    betas = [zeta_frac * zeta_threshold(m, m) / p.L for p in probs]
+
+    def runs(r, T):                                # one trajectory per seed
+        kw = {"T": T, "r": r, "local": "exact", "fault": fault}
+        if n_active is None:
+            return simulate_seeds(probs, betas=betas, seed=seeds[0], **kw)
+        return [simulate(p, beta=b, n_active=n_active, seed=s, **kw) for p, b, s in zip(probs, betas, seeds)]
+    rows, ctl_lhs = [[] for _ in seeds], [[] for _ in seeds]
     for T in Ts:
         r = r0 / math.sqrt(n * (Ts[0] if fixed_r else T))
-        tr = simulate(prob, T=T, beta=beta, r=r, local="exact", n_active=n_active, seed=seed, fault=fault)
-        rows.append(thm41_terms(prob, tr, beta, r, n, T))
         r_fix = r0 / math.sqrt(n * Ts[0])              # control: r held at its T0 value, outside the schedule
-        tr = simulate(prob, T=T, beta=beta, r=r_fix, local="exact", n_active=n_active, seed=seed, fault=fault)
-        ctl_lhs.append(thm41_terms(prob, tr, beta, r_fix, n, T)["lhs"])
+        for i, (p, beta, tr, tc) in enumerate(zip(probs, betas, runs(r, T), runs(r_fix, T))):
+            rows[i].append(thm41_terms(p, tr, beta, r, n, T))
+            ctl_lhs[i].append(thm41_terms(p, tc, beta, r_fix, n, T)["lhs"])
+    return [_thm41_claims(p, beta, rows[i], ctl_lhs[i], m=m, n=n, eig=eig, r0=r0, Ts=Ts, fixed_r=fixed_r,
+                          out_dir=out_dir if i == 0 else None) for i, (p, beta) in enumerate(zip(probs, betas))]
+
+
+def _thm41_claims(prob, beta, rows, ctl_lhs, *, m, n, eig, r0, Ts, fixed_r, out_dir) -> list[Claim]:
     lhs = [x["lhs"] for x in rows]
     fit, ctl = loglog_fit(Ts, lhs), loglog_fit(Ts, ctl_lhs)
     k = fit[0]
@@ -567,8 +655,13 @@ def check_partial_participation(m=20, n_active=5, d=10, T=700, K=10, eta=0.05, b
 # ---------------------------------------------------------------------------------------------------
 # T6 mechanism and T7 flatness
 # ---------------------------------------------------------------------------------------------------
-def check_mechanism(m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0.05, tail=0.2, seed=0,
-                    Ks=(10, 20, 40), out_dir=None, fault=None) -> list[Claim]:
+def check_mechanism(seed=0, **kw) -> list[Claim]:
+    """``check_mechanism_seeds`` for one seed."""
+    return check_mechanism_seeds([seed], **kw)[0]
+
+
+def check_mechanism_seeds(seeds: list[int], m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0.05,
+                          tail=0.2, Ks=(10, 20, 40), out_dir=None, fault=None) -> list[list[Claim]]:
     """T6 (Sec. 3.2-3.3) and the constraint s_i = s of eq. (8), with Alg. 1's local SGD:
     (1) FedSMOO's corrected local perturbation follows the global SAM direction grad f(w_{i,k}) better than
     FedSAM's local one (mean cosine over rounds, steps, active clients; ``margin`` decides);
@@ -577,11 +670,20 @@ def check_mechanism(m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0
     (3) the local perturbations agree with s, as the augmented Lagrangian's constraint s_i = s promises at the
     solution of the local problem: the end-of-round violation ||s_hat_{i,K-1} - s^t|| / r (tail rounds) must
     fall as the local solve gets longer, K in ``Ks`` at fixed eta: strictly decreasing in K holds, strictly
-    increasing is a violation, anything else is inconclusive. No threshold on one K's value."""
-    prob = make_toy(m, d, seed=seed)
-    tr = {meth: simulate(prob, method=meth, T=T, K=K, eta=eta, beta=beta, r=r, seed=seed, probe_cos=True,
-                         fault=fault)
-          for meth in ("fedsmoo", "fedsam")}
+    increasing is a violation, anything else is inconclusive. No threshold on one K's value. The runs at the
+    other Ks (constraint probe only) stack the seeds (``simulate_seeds``); figure from the first seed."""
+    probs = [make_toy(m, d, seed=s) for s in seeds]
+    kw = {"betas": [beta] * len(seeds), "T": T, "eta": eta, "r": r, "seed": seeds[0], "fault": fault}
+    trs = {meth: [simulate(p, method=meth, K=K, beta=beta, probe_cos=True, T=T, eta=eta, r=r, seed=s, fault=fault)
+                  for p, s in zip(probs, seeds)] for meth in ("fedsmoo", "fedsam")}           # one run per seed
+    cons = {Kc: [x["cons"] for x in trs["fedsmoo"]] if Kc == K else
+            [x["cons"] for x in simulate_seeds(probs, method="fedsmoo", K=Kc, probe_cos="cons", **kw)] for Kc in Ks}
+    return [_mechanism_claims(p, {k: v[i] for k, v in trs.items()}, {Kc: c[i] for Kc, c in cons.items()}, m=m, T=T,
+                              K=K, eta=eta, beta=beta, r=r, margin=margin, tail=tail, Ks=Ks,
+                              out_dir=out_dir if i == 0 else None) for i, p in enumerate(probs)]
+
+
+def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks, out_dir) -> list[Claim]:
     cs = {k: float(v["cos_g"].mean()) for k, v in tr.items()}
     sm, k0 = tr["fedsmoo"], max(1, int(tail * T))
     c_srv = cos(sm["s"][1:-1], prob.grad_f(sm["w"][1:-1]))
@@ -589,9 +691,7 @@ def check_mechanism(m=20, d=10, T=100, K=10, eta=0.05, beta=2.0, r=0.1, margin=0
     c_tail, cons_k = float(c_srv[-k0:].mean()), sm["cons"][-k0:].mean(0)
     end = []                                   # [len(Ks), tail rounds]: violation at the last local step
     for Kc in Ks:
-        c = sm["cons"] if Kc == K else simulate(prob, method="fedsmoo", T=T, K=Kc, eta=eta, beta=beta, r=r,
-                                                  seed=seed, probe_cos="cons", fault=fault)["cons"]
-        end.append(c[-k0:, -1].reshape(k0, -1).mean(-1).numpy())
+        end.append(cons[Kc][-k0:, -1].reshape(k0, -1).mean(-1).numpy())
     fit = loglog_fit(Ks, np.stack(end))
     steps = np.diff([float(e.mean()) for e in end])
     trend = HOLDS if (steps < 0).all() else VIOLATED if (steps > 0).all() else INCONCLUSIVE
@@ -758,27 +858,40 @@ def check_partition_std(draws=200, m=100, alpha=0.1, target=829.14, seed=0) -> C
                    "target": target, "percentile": pct, "central_95": [float(lo), float(hi)]})
 
 
-def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
-    """Every check. ``quick`` runs the same designs (rounds, sweeps, toys) with fewer replicates: fewer start
-    points in the flatness check and fewer partition draws, so a verdict does not depend on the mode."""
+def _steps(quick: bool) -> list:
+    """Every check, in the table's order, as steps over a list of seeds (``claims.run_steps``). ``quick`` runs the
+    same designs (rounds, sweeps, toys) with fewer replicates: fewer start points in the flatness check and fewer
+    partition draws, so a verdict does not depend on the mode."""
+    one = lambda f: each_seed(lambda s, o: [f(s, o)])                            # noqa: E731
+    return [one(lambda s, o: check_dual_identities(seed=s)), one(lambda s, o: check_r0_is_feddyn(seed=s, T=8)),
+            one(lambda s, o: check_foc(seed=s)), lambda seeds, o: check_lemmas_seeds(seeds, T=100),  # stacked
+            one(lambda s, o: check_zeta_at_stated_beta()),
+            lambda seeds, o: [[c] for c in check_beta_region_seeds(seeds, T=300, out_dir=o)],   # seeds stacked
+            lambda seeds, o: [[c] for c in check_exactness_seeds(seeds)],               # seeds stacked
+            # T = 3000: the floor creeps for ~10^3 rounds after the dual mu_i has travelled to grad f_i(w*)
+            lambda seeds, o: check_r2_floor_seeds(seeds, T=3000, sgd_T=200, out_dir=o),        # seeds stacked
+            lambda seeds, o: check_thm41_seeds(seeds, Ts=(200, 400, 800), out_dir=o),           # seeds stacked
+            one(lambda s, o: check_partial_participation(seed=s, T=300)),
+            lambda seeds, o: check_mechanism_seeds(seeds, T=100, out_dir=o),              # seeds stacked
+            one(lambda s, o: check_flatness(seed=s, R=16 if quick else 64)),
+            one(lambda s, o: check_partition_std(seed=s, draws=20 if quick else 200)),
+            each_seed(lambda s, o: check_mlp(seeds=(s,)))]       # one problem per seed; over_seeds folds the seeds
+
+
+def run_seeds(seeds: list[int], quick: bool = False, out_dir: Path | None = None) -> list[list[Claim]]:
+    """Every check on every seed: one claim list per seed, each as ``run(seed=s)`` gives it; the checks that
+    can stack the seeds in one simulation do (figures from the first seed)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                       # tiny float64 programs: one thread is fastest and fair
     try:
-        claims = [check_dual_identities(seed=seed), check_r0_is_feddyn(seed=seed, T=8), check_foc(seed=seed)]
-        claims += check_lemmas(seed=seed, T=100)
-        claims += [check_zeta_at_stated_beta(), check_beta_region(seed=seed, T=300, out_dir=out_dir),
-                   check_exactness(seed=seed)]
-        # T = 3000: the floor creeps for ~10^3 rounds after the dual mu_i has travelled to grad f_i(w*)
-        claims += check_r2_floor(seed=seed, T=3000, sgd_T=200, out_dir=out_dir)
-        claims += check_thm41(seed=seed, Ts=(200, 400, 800), out_dir=out_dir)
-        claims.append(check_partial_participation(seed=seed, T=300))
-        claims += check_mechanism(seed=seed, T=100, out_dir=out_dir)
-        claims.append(check_flatness(seed=seed, R=16 if quick else 64))
-        claims.append(check_partition_std(seed=seed, draws=20 if quick else 200))
-        claims += check_mlp(seeds=(seed,))         # one problem per seed; over_seeds folds the seeds
+        return run_steps(_steps(quick), seeds, out_dir)
     finally:
         torch.set_num_threads(threads)
-    return claims
+
+
+def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
+    """Every check on one seed (``run_seeds``)."""
+    return run_seeds([seed], quick, out_dir)[0]
 
 
 # row -> (what is broken, run(seed) at quick sizes); FAULTS name the broken parts of Alg. 1. A perturbed run

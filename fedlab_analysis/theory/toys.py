@@ -427,3 +427,26 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     from ..plots import DPI
     fig.savefig(Path(out_dir) / name, dpi=DPI)
     return name
+
+
+# ---------------------------------------------------------------------------------------------------
+# several seeds in one simulation (the leading dimension)
+# ---------------------------------------------------------------------------------------------------
+def stack_seeds(probs: list, ndim: int = 0):
+    """One problem whose leading axis holds ``probs`` (one per seed, each built as for a run by itself), with
+    ``ndim`` singleton axes after it, so that it broadcasts against runs [seeds, *batch(ndim)]. Every tensor is
+    the per-seed tensor stacked, never recomputed, so each slice keeps its bits; any other attribute is kept
+    when it is the same for every seed, else it becomes the list of the per-seed values (read those from
+    ``probs``: e.g. ``L``). Only for simulators that draw nothing from the seed (full participation, GD)."""
+    q = type(probs[0]).__new__(type(probs[0]))
+    for k, v in vars(probs[0]).items():
+        if k.startswith("_"):
+            continue                                             # caches (the _Stacked block) are rebuilt
+        vs = [vars(p)[k] for p in probs]
+        if isinstance(v, torch.Tensor):
+            v = torch.stack(vs)
+            v = v.reshape(len(vs), *(1,) * ndim, *v.shape[1:])
+        elif not all(type(x) is type(v) and x == v for x in vs):
+            v = vs
+        setattr(q, k, v)
+    return q
