@@ -1,8 +1,9 @@
 """Vector helpers shared by the probes: unit directions, cosines, the projection onto a rho-ball and the exact
 maximiser of a quadratic model on it (the trust-region boundary problem). Float64 where a result is a number.
 
-(theory/ keeps its own batched copies for now: theory/rules.py ``unit``, theory/fedsmoo.py ``cos``, and the
-trust-region solver in theory/fedlesam.py.)
+``unit`` is also the theory's (theory/rules.py re-exports it). theory/ keeps two batched variants of its own:
+theory/fedsmoo.py ``cos`` (rows of a against rows of b, 0 at a zero vector) and the batched trust-region solver
+theory/fedlesam.py ``ball_max`` (bisection on the secular equation over [..., d, d]).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def unit(v: Tensor) -> Tensor:
     >>> unit(torch.tensor([[3.0, 4.0], [0.0, 0.0]])).tolist()
     [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
-    n = v.norm(dim=-1, keepdim=True)
-    return torch.where(n > 0, v / torch.where(n > 0, n, torch.ones_like(n)), torch.zeros_like(v))
+    n = torch.linalg.vector_norm(v, dim=-1, keepdim=True)     # v.norm's kernel without its Python wrapper: the
+    return torch.where(n > 0, v / n.clamp_min(1e-300), 0.0)   # theory's toys call this some 300,000 times
 
 
 def cosine(a: Tensor, b: Tensor) -> Tensor:

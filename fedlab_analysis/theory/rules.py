@@ -33,11 +33,7 @@ from __future__ import annotations
 
 import torch
 
-
-def unit(v: torch.Tensor) -> torch.Tensor:
-    """v / ||v|| over the last dim, 0 where v = 0."""
-    n = torch.linalg.vector_norm(v, dim=-1, keepdim=True)      # what v.norm(dim=-1) calls, minus its Python wrapper
-    return torch.where(n > 0, v / n.clamp_min(1e-300), 0.0)
+from ..linalg import unit  # noqa: F401  (the one unit(); fedsmoo.py and the rules below read it from here)
 
 
 def sgd_step(x: torch.Tensor, eta, d: torch.Tensor) -> torch.Tensor:
