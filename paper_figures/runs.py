@@ -66,13 +66,16 @@ def training_source_hash() -> str:
 
 def hook_sources(tag: str) -> set:
     """The files whose code defines the hooks of ``tag``: ``paper_figures/hooks.py`` (the tier's hooks and the one
-    radius SHARP_RHO), every probe module (``fedlab_analysis/probes/*.py``: the hooks' measurements) and the module
+    radius SHARP_RHO), every probe module (``fedlab_analysis/probes/*.py``: the hooks' measurements), the helpers
+    they call outside probes/ (``linalg.py``: unit vectors, cosines, the rho-ball; ``studies/*.py``: the stability
+    hooks' coupled retraining) and the module
     that :data:`HOOKS` names for the tag
     (a script's ``hooks`` and the constants they read, e.g. FedLESAM Fig. 2's ``SHARP_RHO``), found without
     importing it."""
     import importlib.util
     mod = importlib.util.find_spec(HOOKS[tag].split(":")[0]).origin
-    return {Path(__file__).resolve().with_name("hooks.py"), Path(mod).resolve(), *PKG.glob("probes/*.py")}
+    return {Path(__file__).resolve().with_name("hooks.py"), Path(mod).resolve(), *PKG.glob("probes/*.py"),
+            *PKG.glob("linalg.py"), *PKG.glob("studies/*.py")}
 
 
 def hooks_source_hash(tag: str) -> str:
