@@ -14,7 +14,6 @@ from .. import algos
 from . import parts as P
 from .parts import Part, Plain, RelaxedInit
 from .state import per_client
-from .views import RoundView
 
 
 class Algorithm:
@@ -84,32 +83,32 @@ class Algorithm:
                 whole.index_copy_(0, rows, sub)
             setattr(p, name, whole)
 
-    # ---- the round's hooks: the engine calls them with PartView and RoundCtx; each part gets a RoundView ----
+    # ---- the round's hooks: the engine calls them with PartView and RoundCtx; each part gets ctx.view ----
     def start(self, run, ctx):
-        x, v = ctx.w.expand(ctx.n, -1).clone(), RoundView(ctx)
+        x, v = ctx.w.expand(ctx.n, -1).clone(), ctx.view
         for p in self.parts:
             x = p.start(run, v, x)
         return x
 
     def round_start(self, run, ctx):
-        v = RoundView(ctx)
+        v = ctx.view
         for p in self.parts:
             p.round_start(run, v)
 
     def gradient(self, run, ctx, x, k):
-        return self.perturb.gradient(run, RoundView(ctx), x, k)
+        return self.perturb.gradient(run, ctx.view, x, k)
 
     def direction(self, run, ctx, x, g):
         """(pre-clip direction d, decay c): the step is x <- x - eta (clip(d) + c x). c x gathers the terms the
         simulator adds after clipping as SGD weight decay (wd, FedProx's mu, FedDyn's lamb), so it stays a scalar
         and the engine applies it in one pass. Parts may update d in place: it is this step's own tensor."""
-        d, decay, v = g, run.cfg.wd, RoundView(ctx)
+        d, decay, v = g, run.cfg.wd, ctx.view
         for p in self.parts:
             d, decay = p.direction(run, v, x, d, decay)
         return d, decay
 
     def after_step(self, run, ctx, x):
-        v = RoundView(ctx)
+        v = ctx.view
         for p in self.parts:
             p.after_step(run, v, x)
 
@@ -117,18 +116,18 @@ class Algorithm:
         ri_code = any(isinstance(p, RelaxedInit) for p in self.parts) and self.cfg.ri_agg == "delta_from_init"
         ctx.delta = torch.sub(x, ctx.x0 if ri_code else ctx.w, out=run.spare(x))   # Delta_i, the client update
         ctx.add("delta", ctx.delta)                   # what the server step reads of the clients (RoundCtx.add)
-        v = RoundView(ctx)
+        v = ctx.view
         for p in self.parts:
             p.client_end(run, v, x)
 
     def aggregate(self, run, ctx, x):
         for p in reversed(self.parts):
             if p.aggregate is not None:
-                return p.aggregate(run, RoundView(ctx), x)
+                return p.aggregate(run, ctx.view, x)
         return ctx.w + run.cfg.hp("server_lr") * ctx.mean("delta")        # FedAvg with eta_g
 
     def server_end(self, run, ctx, x, w_new):
-        v = RoundView(ctx)
+        v = ctx.view
         for p in self.parts:
             p.server_end(run, v, x, w_new)
 

@@ -25,6 +25,7 @@ short batch is padded and its mean loss re-weighted, so the two modes agree to f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from . import sampling
 from .algorithms import build
 from .rng import generator
 from .state import allocate
-from .views import PartView, RunView, StepView
+from .views import PartView, RoundView, RunView, StepView
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PARTITION_OPTIONS = {"dirichlet": ("alpha", "replacement"), "labeldir": ("alpha", "min_size"),
@@ -87,6 +88,12 @@ class RoundCtx:
     @property
     def n(self) -> int:
         return len(self.S)
+
+    @functools.cached_property
+    def view(self) -> RoundView:
+        """The read-only face of this round that the parts see (trainers/views.py): built once per round (each
+        chunk of a chunked round has its own RoundCtx), not at every local step."""
+        return RoundView(self)
 
     def add(self, name: str, v: torch.Tensor) -> None:
         """Per-client values v [n, ...] that the server step reads as their sum or mean over the round's active
