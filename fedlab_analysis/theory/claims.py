@@ -114,6 +114,11 @@ def slope(measured: float, expected: float, tol: float, in_regime: bool = True) 
     return HOLDS if abs(measured - expected) <= tol else VIOLATED
 
 
+def judge(x: float, good: float, bad: float) -> str:
+    """HOLDS above ``good``, VIOLATED below ``bad``, else INCONCLUSIVE (negate x if smaller is better)."""
+    return HOLDS if x > good else VIOLATED if x < bad else INCONCLUSIVE
+
+
 def loglog_slope(x, y) -> float:
     """Least-squares slope of log y against log x."""
     return loglog_fit(x, y)[0]

@@ -20,13 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, loglog_fit, loglog_slope,
-                     rate, slack)
-from .fedsmoo import active_masks, cos, flatness_runs, flatness_text, judge, per_run, unit
+from ..linalg import cosine, trust_region_max
+from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge, loglog_fit,
+                     loglog_slope, rate, slack)
 from . import rules
 from .engine_toys import make_run
-from .toys import DT, make_quadratics, no_autograd, save_figure
-from .toys_nonconvex import make_sharp_flat
+from .rules import unit
+from .toys import DT, active_masks, make_quadratics, no_autograd, per_run, save_figure
+from .toys_nonconvex import flatness_runs, flatness_text, make_sharp_flat
 
 PAPER = "fedlesam"
 
@@ -76,7 +77,7 @@ def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l
             if first == "zero":
                 delta_c = torch.where(seen.unsqueeze(-1), delta_c, torch.zeros_like(delta_c))
             if probe and w_old == "paper":
-                c = cos(delta_c, prob.grad_f(w).unsqueeze(-2)).reshape(-1, m).mean(0)
+                c = cosine(delta_c, prob.grad_f(w).unsqueeze(-2), at_zero=0.0).reshape(-1, m).mean(0)
                 est += [(t, i, t - int(last[i]), float(c[i])) for i in range(m) if act[i] and last[i] >= 0]
         D_k, dr_k, pd = [], [], 0.0
         for k in range(E):
@@ -127,28 +128,12 @@ def sigma_g2_max(prob, W: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------------
 # Eq. (1) vs Eq. (2): the Jensen gap with the exact inner maximisation
 # ---------------------------------------------------------------------------------------------------
-def ball_max(A: torch.Tensor, g: torch.Tensor, rho: float, iters: int = 200):
-    """Exact max_{||u|| <= rho} g^T u + 1/2 u^T A u for PSD A [..., d, d], g [..., d] (a convex function, so
-    the maximiser is on the sphere): u = (nu I - A)^{-1} g with nu >= lambda_max solving the secular
-    equation ||u(nu)|| = rho (bisection); the hard case (g orthogonal to the top eigenspace) adds a top
-    eigenvector. Returns (value, maximiser)."""
-    lam, Q = torch.linalg.eigh(A)
-    gp = (Q.transpose(-1, -2) @ g.unsqueeze(-1)).squeeze(-1)
-    top = lam[..., -1:]
-    lo, hi = top.clone(), top + gp.norm(dim=-1, keepdim=True) / rho + 1e-300
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        big = (gp / (mid - lam)).norm(dim=-1, keepdim=True) > rho
-        lo, hi = torch.where(big, mid, lo), torch.where(big, hi, mid)
-    up = gp / (hi - lam)
-    is_top = lam >= top - 1e-12 * top.abs().clamp_min(1)
-    hard = (gp.abs() * is_top).sum(-1, keepdim=True) <= 1e-14 * gp.norm(dim=-1, keepdim=True)
-    up_hard = torch.where(is_top, torch.zeros_like(gp), gp / (top - lam).clamp_min(1e-300))
-    tau = (rho ** 2 - up_hard.pow(2).sum(-1, keepdim=True)).clamp_min(0).sqrt()
-    e_top = is_top.to(DT) / is_top.to(DT).sum(-1, keepdim=True).sqrt()
-    up = torch.where(hard, up_hard + tau * e_top, up)
-    val = (gp * up).sum(-1) + 0.5 * (lam * up * up).sum(-1)
-    return val, (Q @ up.unsqueeze(-1)).squeeze(-1)
+def ball_max(A: torch.Tensor, g: torch.Tensor, rho: float):
+    """Exact max_{||u|| <= rho} g^T u + 1/2 u^T A u over a batch of quadratic models (A [..., d, d], g [..., d]):
+    the maximiser from the trust-region solver the sharpness probe uses (``linalg.trust_region_max``: the secular
+    equation by bisection, the hard case included) and its value. Returns (value, maximiser)."""
+    u = trust_region_max(A, g, rho)
+    return (g * u).sum(-1) + 0.5 * (u * (A @ u.unsqueeze(-1)).squeeze(-1)).sum(-1), u
 
 
 def sam_losses(prob, x: torch.Tensor, rho: float, sign: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

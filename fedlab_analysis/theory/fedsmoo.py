@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..linalg import cosine
 from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, each_seed,
-                     identity, loglog_fit, loglog_slope, rate, run_steps, slack, slope)
+                     identity, judge, loglog_fit, loglog_slope, rate, run_steps, slack, slope)
 from . import rules
 from .engine_toys import make_run
-from .rules import unit
-from .toys import (DT, HeteroQuadratics, _mv, no_autograd, participation_mask, save_figure, spectrum_matrix,
+from .toys import (DT, HeteroQuadratics, _mv, active_masks, no_autograd, per_run, save_figure, spectrum_matrix,
                    stack_seeds)
-from .toys_nonconvex import make_mlp_problem, make_sharp_flat
+from .toys_nonconvex import flatness_runs, flatness_text, make_mlp_problem, make_sharp_flat
 
 PAPER = "fedsmoo"
 METHODS = {"fedavg": (False, "none"), "fedsam": (False, "local"), "feddyn": (True, "none"),
@@ -43,17 +43,6 @@ def make_toy(m: int = 20, d: int = 10, eig_lo: float = 0.1, eig_hi: float = 5.0,
     A = np.stack([spectrum_matrix(np.exp(rng.uniform(math.log(eig_lo), math.log(eig_hi), d)), rng)
                   for _ in range(m)])
     return HeteroQuadratics(A, spread * rng.standard_normal((m, d)))
-
-
-def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return (unit(a) * unit(b)).sum(-1)
-
-
-def active_masks(m: int, n_active: int | None, T: int, seed: int) -> torch.Tensor:
-    """[T, m] participation masks: n_active of m uniformly without replacement each round (all if None)."""
-    if n_active is None or n_active >= m:
-        return torch.ones(T, m, dtype=torch.bool)
-    return participation_mask((T,), m, n_active, torch.Generator().manual_seed(seed))
 
 
 # Perturbations of the algorithm (theory/power.py): each check takes ``fault`` and passes it to ``simulate``;
@@ -73,12 +62,6 @@ def _perturb(rule: str, g, mu, s, r, sign: float = 1.0, mu_sign: float = 1.0):
         return rules.sam_ascent(g, r), mu
     shat, mu_new = rules.smoo_ascent(g, mu, s, sign * r)   # corrected ascent (g - mu_i) - s
     return shat, (mu_new if mu_sign == 1.0 else mu + mu_sign * (shat - s.unsqueeze(-2)))
-
-
-def per_run(v, batch: tuple) -> torch.Tensor:
-    """A hyper-parameter as a scalar tensor, or (one value per run) as a [*batch, 1] column."""
-    v = torch.as_tensor(v, dtype=DT)
-    return v if v.dim() == 0 else v.reshape(*batch, 1)
 
 
 @no_autograd
@@ -135,7 +118,7 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
                     shat0 = shat
                 if probe_cos:                                                 # T6 diagnostics, active clients
                     gap = (shat - s.unsqueeze(-2)).norm(dim=-1) / r_i.squeeze(-1)
-                    c_g = torch.zeros_like(gap) if probe_cos == "cons" else cos(shat, prob.grad_f(x))
+                    c_g = torch.zeros_like(gap) if probe_cos == "cons" else cosine(shat, prob.grad_f(x), at_zero=0.0)
                     probe_k.append(torch.stack([c_g, gap])[..., masks[t]].mean(-1))
                 gh = prob.grad(x + shat) if rule != "none" else g
                 x = rules.sgd_step(x, eta, rules.dyn_direction(gh, x, wb, lam_i, beta_i) if dyn else gh)  # l. 11
@@ -219,11 +202,6 @@ def _claim(id, claim, where, expected, measured, verdict, value, details, figure
 
 def _gn2(prob, x):
     return prob.grad_f(x).pow(2).sum(-1)
-
-
-def judge(x: float, good: float, bad: float) -> str:
-    """HOLDS above ``good``, VIOLATED below ``bad``, else INCONCLUSIVE (negate x if smaller is better)."""
-    return HOLDS if x > good else VIOLATED if x < bad else INCONCLUSIVE
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -686,8 +664,8 @@ def check_mechanism_seeds(seeds: list[int], m=20, d=10, T=100, K=10, eta=0.05, b
 def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks, out_dir) -> list[Claim]:
     cs = {k: float(v["cos_g"].mean()) for k, v in tr.items()}
     sm, k0 = tr["fedsmoo"], max(1, int(tail * T))
-    c_srv = cos(sm["s"][1:-1], prob.grad_f(sm["w"][1:-1]))
-    flip = float(cos(sm["s"][2:], sm["s"][1:-1])[-k0:].mean())
+    c_srv = cosine(sm["s"][1:-1], prob.grad_f(sm["w"][1:-1]), at_zero=0.0)
+    flip = float(cosine(sm["s"][2:], sm["s"][1:-1], at_zero=0.0)[-k0:].mean())
     c_tail, cons_k = float(c_srv[-k0:].mean()), sm["cons"][-k0:].mean(0)
     end = []                                   # [len(Ks), tail rounds]: violation at the last local step
     for Kc in Ks:
@@ -719,32 +697,6 @@ def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks
                    + f"; slope {fit[0]:.2f} [{fit[1]:.2f}, {fit[2]:.2f}]; within a round (K={K}) "
                    f"{float(cons_k[0]):.3f} at k=0 -> {float(cons_k[-1]):.3f} at k=K-1",
                    trend, fit[0], det, fig)]
-
-
-def flatness_runs(prob, methods: dict, *, R: int, lo: float, hi: float, **kw) -> dict:
-    """Run each method from R start points (an even grid on the first axis) and measure the flatness of the
-    minimum each run selects: the exact top Hessian eigenvalue of f at the minimum of the basin its final
-    global model lies in (not at the final iterate, which need not have converged; its eigenvalue and its
-    distance to that minimum are kept as diagnostics), and the fraction that ends in the flat basin."""
-    w0 = torch.zeros(R, prob.d, dtype=DT)
-    w0[:, 0] = torch.linspace(lo, hi, R, dtype=DT)
-    lam = {k: float(prob.lam_max(x)) for k, x in prob.minima.items()}
-    out = {}
-    for name, (sim, args) in methods.items():
-        wT = sim(prob, w0=w0, **{**kw, **args})["w"][-1]
-        flat = prob.basin(wT)
-        dist = torch.where(flat, (wT - prob.minima["flat"]).norm(dim=-1), (wT - prob.minima["sharp"]).norm(dim=-1))
-        out[name] = {"lam_max": float(torch.where(flat, lam["flat"], lam["sharp"]).mean()),
-                     "flat_frac": float(flat.double().mean()),
-                     "lam_max_final_iterate": float(prob.lam_max(wT).mean()),
-                     "dist_to_selected_min": float(dist.mean()),
-                     "f_gap": float((prob.f(wT) - prob.f_star).mean())}
-    return out
-
-
-def flatness_text(res: dict) -> str:
-    return ("lam_max at the selected minimum: " + "; ".join(f"{k} {v['lam_max']:.3g} (flat basin {v['flat_frac']:.2f})"
-                                                            for k, v in res.items()))
 
 
 def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, K=10, eta=0.01, beta=10.0, r=0.2, rel_margin=0.05,

@@ -390,6 +390,19 @@ def participation_mask(shape: tuple, N: int, S, gen: torch.Generator, p: float |
     return rank < torch.as_tensor(S).unsqueeze(-1)
 
 
+def active_masks(m: int, n_active: int | None, T: int, seed: int) -> torch.Tensor:
+    """[T, m] participation masks: n_active of m uniformly without replacement each round (all if None)."""
+    if n_active is None or n_active >= m:
+        return torch.ones(T, m, dtype=torch.bool)
+    return participation_mask((T,), m, n_active, torch.Generator().manual_seed(seed))
+
+
+def per_run(v, batch: tuple) -> torch.Tensor:
+    """A hyper-parameter as a scalar tensor, or (one value per run) as a [*batch, 1] column."""
+    v = torch.as_tensor(v, dtype=DT)
+    return v if v.dim() == 0 else v.reshape(*batch, 1)
+
+
 # ---------------------------------------------------------------------------------------------------
 # figures (one PNG per rate or sweep; matplotlib Agg)
 # ---------------------------------------------------------------------------------------------------
