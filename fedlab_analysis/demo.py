@@ -33,20 +33,13 @@ def probe(name, ckpt, *argv) -> dict:
     """Probe ``name`` on ``ckpt`` in process with the flags of its command line (``--json FILE``, ``--plot FILE``):
     the probe's ``compute`` through ``probes.runner.measure``; its result written and returned as the command
     line writes it."""
-    from . import probe as cli
-    from .probes import PROBES, runner
-    p = cli.parser()
+    from .probes import line
+    p = line.parser()
     args = p.parse_args([str(a) for a in (name, ckpt, *argv)])
-    given = cli.sources(p, args)                  # before check_args, which resolves --device
     try:
-        cli.check_args(args)
-        result = runner.measure(name, cli.options_of(args))
-        result["setting_sources"] = given
-        if args.plot:
-            PROBES[name].plot(result, args.plot)
+        result = json.loads(json.dumps(line.run(p, args), default=float))
     except UserError as e:
         raise SystemExit(f"demo: the probe {name} failed: {e}") from None
-    result = json.loads(json.dumps(runner.public(result), default=float))
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return result
 

@@ -72,13 +72,13 @@ def validate_config(d: dict, source: str) -> RunConfig:
 
 
 def _probe_parser():
-    """The probe CLI's parser, raising UserError instead of printing usage and exiting."""
-    from . import probe
+    """The probe line's parser, raising UserError instead of printing usage and exiting."""
+    from .probes import line
 
     class Strict(ArgParser):
         def error(self, message):
             raise UserError(message)
-    return probe.parser(cls=Strict)
+    return line.parser(cls=Strict)
 
 
 def parse_probes(spec, source: str) -> dict[str, list[str]]:
@@ -123,13 +123,12 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
 
 def check_probe(args) -> None:
     """A probe line's flags by the probe's own rules, without a checkpoint: the command line's checks of every
-    value (``probe.check_args``), then the probe's own refusals of flags that cannot act, which it makes before
+    value (``probes.line.check_args``), then the probe's own refusals of flags that cannot act, which it makes before
     it reads the checkpoint (its ``compute`` is called with no checkpoint; reaching the checkpoint ends the
     check)."""
-    from . import probe
-    from .probes import PROBES, runner
-    probe.check_args(args, outputs=False)
-    opts = probe.options_of(args)
+    from .probes import PROBES, line, runner
+    line.check_args(args, outputs=False)
+    opts = line.options_of(args)
     runner.refuse_unused(args.probe, opts)
     try:
         PROBES[args.probe].compute(None, opts)
@@ -235,26 +234,17 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
-    """One probe line on the run's last checkpoint, in process: its flags parsed into the probe's Options, then
-    ``probes.runner.measure`` (the probe's ``compute``); the result written to RUN/probes/LABEL.json as the probe
-    command line writes it."""
-    from . import probe
-    from .device import set_threads
-    from .probes import common, runner
+    """One probe line on the run's last checkpoint, in process (``probes.line.run``: the probe's ``compute``); the
+    result written to RUN/probes/LABEL.json as the probe command line writes it."""
+    from .probes import line
     (run_dir / "probes").mkdir(exist_ok=True)
     target = run_dir / "probes" / f"{label}.json"
     p = _probe_parser()
     try:
         args = p.parse_args([argv[0], str(run_dir), *argv[1:], "--json", str(target)])      # as the CLI writes it
-        given = probe.sources(p, args)
-        probe.check_args(args, outputs=False)
-        set_threads(args.threads)
-        common.PROGRESS = not args.quiet
-        result = runner.measure(args.probe, probe.options_of(args))
+        result = line.run(p, args, outputs=False)
     except UserError as e:
         raise RuntimeError(f"probe {shlex.join(argv)!r} failed: error: {e}") from None
-    result["setting_sources"] = given
-    result = runner.public(result)
     _write_json(target, result)
     return json.loads(json.dumps(result, default=float))
 

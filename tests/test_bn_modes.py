@@ -155,7 +155,7 @@ def test_no_probe_changes_the_model_it_is_given(bn_run, tmp_path):
     from fedlab_analysis import checkpoint
     import dataclasses
 
-    from fedlab_analysis.probe import options_of, parser
+    from fedlab_analysis.probes.line import options_of, parser
     from fedlab_analysis.probes import PROBES
     from fedlab_analysis.probes.common import rebuild
     b = rebuild(checkpoint.load(bn_run), samples=8, bn_mode="train")

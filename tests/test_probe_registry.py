@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedlab_analysis import probe
-from fedlab_analysis.probes import PROBES, options, register
+from fedlab_analysis.probes import PROBES, line, options, register
 from fedlab_analysis.probes.options import Common, opt
 
 
@@ -137,7 +137,7 @@ def test_every_probe_declares_its_parts_once():
 def test_options_come_back_as_the_dataclass_and_are_never_mutated():
     p = probe.parser()
     args = p.parse_args(["hessian", "CKPT", "--top-k", "2", "--per-layer"])
-    opts = probe.options_of(args)
+    opts = line.options_of(args)
     assert type(opts) is PROBES["hessian"].Options and opts.top_k == 2 and opts.per_layer and opts.by is None
     from fedlab_analysis.probes import curvature
     filled = curvature._check("hessian", dataclasses.replace(opts, seed=0), None)

@@ -1,8 +1,8 @@
 """A registered probe on one checkpoint, in process: rebuild the model and data, ``compute``, and the result
 as the command line writes it (the run, the samples, the device and the seconds beside the probe's numbers).
 
-The command line (probe.py), the sweep and the demo all measure through ``measure``; none of them reads a
-probe back from a JSON file.
+The command line (probe.py), the sweep and the demo all measure through ``measure`` (by way of ``line.run``);
+none of them reads a probe back from a JSON file.
 """
 from __future__ import annotations
 
