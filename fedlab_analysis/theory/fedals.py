@@ -540,14 +540,17 @@ def check_comm_table2(h=650, theta=269_722, tau=5, table=None) -> Claim:
 
 # ---------------------------------------------------------------------------------------------------
 def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list[Claim]:
-    claims = [check_lemma_a1(seed=seed, R=2000 if quick else 20000)]
+    # quick: the same designs with fewer data sets R. Lemma A.1, Thm 4.3's tau sweep, (73)/(74) and (9) run at half
+    # the R they had (their z scores and ratios stay far from the thresholds); Thm 4.1 keeps R = 300, where its iid
+    # slope (-1 against the paper's -2, judged within 0.3) already reads -1.35 at R = 150 on seed 0.
+    claims = [check_lemma_a1(seed=seed, R=1000 if quick else 20000)]
     claims += check_stability_22_23(seed=seed)
     claims += check_thm41(seed=seed, R=300 if quick else 2000, out_dir=out_dir)
     claims.append(check_thm_b1(seed=seed, R=300 if quick else 2000))
-    claims += check_thm43_tau(seed=seed, R=60 if quick else 400, out_dir=out_dir)
+    claims += check_thm43_tau(seed=seed, R=30 if quick else 400, out_dir=out_dir)
     claims += check_participation(seed=seed, R=300 if quick else 2000)
-    claims += check_partial_bounds(seed=seed, R=200 if quick else 2000)
-    claims.append(check_bound9(seed=seed, R=100 if quick else 400))
+    claims += check_partial_bounds(seed=seed, R=100 if quick else 2000)
+    claims.append(check_bound9(seed=seed, R=50 if quick else 400))
     claims.append(check_comm_table2())            # arithmetic on the paper's table: the same on every seed
     return claims
 

@@ -417,7 +417,11 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
     from matplotlib.figure import Figure             # no pyplot: never switches the caller's backend
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(5.0, 4.0), layout="constrained")
+    # Margins in inches on a 5 x 4 figure (the legend's rows below the x label; the left one wider where log tick
+    # labels are), not layout="constrained", which measured every artist twice and cost 40% of the CPU time.
+    rows = -(-(len(series) + (ref is not None)) // 2)
+    fig = Figure(figsize=(5.0, 4.0))
+    fig.subplots_adjust(left=0.72 / 5.0, right=1 - 0.14 / 5.0, top=1 - 0.32 / 4.0, bottom=(0.56 + 0.15 * rows) / 4.0)
     ax = fig.subplots()
     xs = set()
     for label, (x, y) in series.items():
@@ -436,7 +440,11 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
         ax.set_xticklabels([f"{v:g}" for v in sorted(xs)], fontsize=8)
     elif logx:
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.01),
+               ncol=2, frameon=False)
+    lo, hi = ax.get_ylim()                           # log y over <= 1 power of 10 labels "2 x 10^-1" ticks too
+    if logy and np.floor(np.log10(hi)) - np.floor(np.log10(lo)) <= 1:
+        fig.subplots_adjust(left=fig.subplotpars.left + 0.45 / 5.0)
     from ..plots import DPI
     fig.savefig(Path(out_dir) / name, dpi=DPI)
     return name
