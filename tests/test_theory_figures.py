@@ -1,9 +1,11 @@
 """theory.toys.save_figure lays its figure out with fixed margins (no constrained layout): every label, tick
 label, title and legend entry must still lie inside the saved 5 x 4 inch canvas, the legend clear of the axes."""
+import matplotlib
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from fedlab_analysis import plots
 from fedlab_analysis.theory.toys import save_figure
 
 CASES = {
@@ -20,13 +22,20 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("themed", [False, True], ids=["", "after plots.style()"])
 @pytest.mark.parametrize("case", CASES)
-def test_every_artist_lies_inside_the_saved_canvas(case, tmp_path, monkeypatch):
+def test_every_artist_lies_inside_the_saved_canvas(case, themed, tmp_path, monkeypatch):
+    """Also after the package's seaborn theme was applied process-wide (a notebook that drew a plot first, or an
+    earlier test): the theory figure keeps matplotlib's own style, which its margins are measured for (without
+    that, all three cases put the legend over the x label)."""
     saved = []
     real = Figure.savefig
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real(fig, *a, **k))[1])
     kw = dict(CASES[case])
-    assert save_figure(tmp_path, "f.png", kw.pop("series"), xlabel="x", title="a title", **kw) == "f.png"
+    with matplotlib.rc_context():                                     # restores the caller's style after
+        if themed:
+            plots.style()
+        assert save_figure(tmp_path, "f.png", kw.pop("series"), xlabel="x", title="a title", **kw) == "f.png"
     assert (tmp_path / "f.png").stat().st_size > 0
     (fig,) = saved
     renderer = FigureCanvasAgg(fig).get_renderer()

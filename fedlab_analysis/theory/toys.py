@@ -414,39 +414,44 @@ def save_figure(out_dir, name: str, series: dict, *, xlabel: str, ylabel: str, t
         return None
     from pathlib import Path
 
+    from matplotlib import style
     from matplotlib.figure import Figure             # no pyplot: never switches the caller's backend
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    # Margins in inches on a 5 x 4 figure (the legend's rows below the x label; the left one wider where log tick
-    # labels are), not layout="constrained", which measured every artist twice and cost 40% of the CPU time.
-    rows = -(-(len(series) + (ref is not None)) // 2)
-    fig = Figure(figsize=(5.0, 4.0))
-    fig.subplots_adjust(left=0.72 / 5.0, right=1 - 0.14 / 5.0, top=1 - 0.32 / 4.0, bottom=(0.56 + 0.15 * rows) / 4.0)
-    ax = fig.subplots()
-    xs = set()
-    for label, (x, y) in series.items():
-        ax.plot(np.asarray(x, float), np.asarray(y, float), "o-", ms=3, label=label)
-        xs.update(np.asarray(x, float).tolist())
-    if ref is not None:
-        k, x, y = ref
-        x = np.asarray(x, float)
-        line = y[0] * (x / x[0]) ** k if logx else y[0] + k * (x - x[0])
-        ax.plot(x, line, "k--", lw=1, label=f"slope {k:g}")
-    ax.set(xscale="log" if logx else "linear", yscale="log" if logy else "linear", xlabel=xlabel, ylabel=ylabel)
-    ax.set_title(title, fontsize=10)
-    if logx and len(xs) <= 8:                        # label the measured x values, nothing in between
-        ax.xaxis.set_major_locator(FixedLocator(sorted(xs)))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([f"{v:g}" for v in sorted(xs)], fontsize=8)
-    elif logx:
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.01),
-               ncol=2, frameon=False)
-    lo, hi = ax.get_ylim()                           # log y over <= 1 power of 10 labels "2 x 10^-1" ticks too
-    if logy and np.floor(np.log10(hi)) - np.floor(np.log10(lo)) <= 1:
-        fig.subplots_adjust(left=fig.subplotpars.left + 0.45 / 5.0)
-    from ..plots import DPI
-    fig.savefig(Path(out_dir) / name, dpi=DPI)
+    # matplotlib's own style, whatever the caller set (plots.style() applies seaborn's theme process-wide): the fixed
+    # margins below are measured for it
+    with style.context("default"):
+        # Margins in inches on a 5 x 4 figure (the legend's rows below the x label; the left one wider where log tick
+        # labels are), not layout="constrained", which measured every artist twice and cost 40% of the CPU time.
+        rows = -(-(len(series) + (ref is not None)) // 2)
+        fig = Figure(figsize=(5.0, 4.0))
+        fig.subplots_adjust(left=0.72 / 5.0, right=1 - 0.14 / 5.0, top=1 - 0.32 / 4.0,
+                            bottom=(0.56 + 0.15 * rows) / 4.0)
+        ax = fig.subplots()
+        xs = set()
+        for label, (x, y) in series.items():
+            ax.plot(np.asarray(x, float), np.asarray(y, float), "o-", ms=3, label=label)
+            xs.update(np.asarray(x, float).tolist())
+        if ref is not None:
+            k, x, y = ref
+            x = np.asarray(x, float)
+            line = y[0] * (x / x[0]) ** k if logx else y[0] + k * (x - x[0])
+            ax.plot(x, line, "k--", lw=1, label=f"slope {k:g}")
+        ax.set(xscale="log" if logx else "linear", yscale="log" if logy else "linear", xlabel=xlabel, ylabel=ylabel)
+        ax.set_title(title, fontsize=10)
+        if logx and len(xs) <= 8:                        # label the measured x values, nothing in between
+            ax.xaxis.set_major_locator(FixedLocator(sorted(xs)))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([f"{v:g}" for v in sorted(xs)], fontsize=8)
+        elif logx:
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.01),
+                   ncol=2, frameon=False)
+        lo, hi = ax.get_ylim()                           # log y over <= 1 power of 10 labels "2 x 10^-1" ticks too
+        if logy and np.floor(np.log10(hi)) - np.floor(np.log10(lo)) <= 1:
+            fig.subplots_adjust(left=fig.subplotpars.left + 0.45 / 5.0)
+        from ..plots import DPI
+        fig.savefig(Path(out_dir) / name, dpi=DPI)
     return name
 
 
