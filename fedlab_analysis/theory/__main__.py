@@ -44,19 +44,21 @@ SEED_MAX = 2**32 - 1                     # seeds S .. S+N-1 feed torch generator
 def main(argv: list[str] | None = None) -> int:
     ap = ArgParser(prog="python -m fedlab_analysis.theory", description=__doc__.splitlines()[2])
     ap.add_argument("paper", help=f"one of {', '.join(PAPERS)}, all")
-    ap.add_argument("--quick", action="store_true", help="smaller toys (classroom: all papers in < 2 min)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the same designs with fewer replicates: 2 seeds, fewer draws, no perturbed runs "
+                         "(classroom: all papers in about a minute)")
     ap.add_argument("--out", default=None, help="report folder (default out/theory/PAPER)")
     ap.add_argument("--seed", type=arg_type(int, lo=0, hi=SEED_MAX), default=0, help="first seed (default 0)")
     ap.add_argument("--no-power", action="store_true",
                     help="skip the perturbed runs (the 'caught' column stays empty); --quick skips them too")
     ap.add_argument("--seeds", type=arg_type(int, lo=1, hi=10_000), default=None,
-                    help="number of seeds for every check (default 5, 3 with --quick; at least 1)")
+                    help="number of seeds for every check (default 5, 2 with --quick; at least 1)")
     args = ap.parse_args(argv)
     try:
         if args.paper not in PAPERS + ("all",):
             raise UserError(f"unknown paper {args.paper!r}: choose one of {', '.join(PAPERS)}, all")
         out = out_dir(Path("out/theory") / args.paper if args.out is None else args.out)
-        n_seeds = args.seeds if args.seeds is not None else 3 if args.quick else 5
+        n_seeds = args.seeds if args.seeds is not None else 2 if args.quick else 5
         if args.seed + n_seeds - 1 > SEED_MAX:
             raise UserError(f"--seed: seeds {args.seed}..{args.seed + n_seeds - 1} go beyond {SEED_MAX}")
     except UserError as e:
