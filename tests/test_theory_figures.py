@@ -46,6 +46,9 @@ def test_every_artist_lies_inside_the_saved_canvas(case, themed, tmp_path, monke
     assert legend.get_window_extent(renderer).y1 <= ax.get_tightbbox(renderer).y0, case
 
 
-def test_no_out_dir_writes_nothing(tmp_path):
+def test_no_out_dir_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                                       # a stray relative write would land here
     assert save_figure(None, "f.png", {"a": ([1, 2], [1, 2])}, xlabel="x", ylabel="y") is None
     assert not list(tmp_path.iterdir())
+    assert save_figure(".", "f.png", {"a": ([1, 2], [1, 2])}, xlabel="x", ylabel="y") == "f.png"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.png"]         # the check sees a write
