@@ -46,10 +46,6 @@ class Algorithm:
         for p in self.parts:
             yield from p.state.items()
 
-    def set_state(self, name: str, value) -> None:
-        """Put ``value`` in the state ``name`` of the part that owns it (``owner``; a checkpoint's flat key)."""
-        setattr(self.owner[name].state, name, value)
-
     @property
     def perturbation(self):
         """The perturbation delta [n, P] under the current step's gradient (SAM: this step's rho g/||g||;

@@ -451,7 +451,8 @@ class Run:
         are zero). ``data`` reuses the minibatches of an earlier call in the same step (SAM's second pass).
         The gradient is taken with respect to per-parameter leaves (views of x), and concatenated once."""
         data = self.step_data(ctx, k) if data is None else data
-        self.model.train()
+        if not self.model.training:                   # train() walks every module: 2 calls a step for SAM
+            self.model.train()
         with self.autocast:
             return self._grads(ctx, x, data)
 

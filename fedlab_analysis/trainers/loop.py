@@ -60,11 +60,8 @@ def restore(run: Run, ck: dict) -> None:
     if run.bspace.P:
         run.buf = run.bspace.flatten(ck["buffers"]).to(**dev)
     state = run.state
-    for k, v in ck["algo_state"].items():             # into each part's state in place: it keeps its device
-        if state[k].shape == v.shape:                 # (a flat name: its owner is run.algo.owner[k])
-            state[k].copy_(v)
-        else:
-            run.algo.set_state(k, v.to(run.device, dtype=v.dtype if not v.is_floating_point() else run.dtype))
+    for k, v in ck["algo_state"].items():             # into each part's state in place (the shapes were checked
+        state[k].copy_(v)                             # above): it keeps its device; the owner is run.algo.owner[k]
     if ck.get("clients"):
         models = ck["clients"]["models"]
         run.last_local = run.last_local.copy_(models) if run.last_local is not None else models.to(**dev)

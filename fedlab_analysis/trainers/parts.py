@@ -384,7 +384,7 @@ class ALS(Part):
     c_k <- c_k - mean(c) + (x_k^{last sync} - x_k)/(eta * period) on that group. A round is tau local steps
     (``K``) of every client: ``active_ratio`` must be 1."""
 
-    name = "als"
+    name, consts = "als", ("corr",)                # corr: -c_k + mean_j c_j (with ``scaffold``), fixed in a round
     needs_last_local = True                       # every client's own model persists in run.last_local
     chunkable = False                             # its synchronisations average over all clients at local steps
 
@@ -412,11 +412,13 @@ class ALS(Part):
     def start(self, run, ctx, x):
         return run.rows(run.last_local, ctx.S)
 
-    def direction(self, run, ctx, x, d, decay):
+    def round_start(self, run, ctx):              # c_k changes only at a sync, after the round's last step's direction
         if self.scaffold:
             c = self.state.c_k
-            d = d + (c.mean(0) - c[ctx.S_dev])
-        return d, decay
+            self.corr = c.mean(0) - c[ctx.S_dev]
+
+    def direction(self, run, ctx, x, d, decay):
+        return (d + self.corr if self.scaffold else d), decay
 
     def _sync(self, run, ctx, x, mask, period):
         if self.scaffold:
