@@ -37,11 +37,10 @@ def probe(name, ckpt, *argv) -> dict:
     p = line.parser()
     args = p.parse_args([str(a) for a in (name, ckpt, *argv)])
     try:
-        result = json.loads(json.dumps(line.run(p, args), default=float))
+        result = line.run(p, args)
     except UserError as e:
         raise SystemExit(f"demo: the probe {name} failed: {e}") from None
-    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return line.write_json(result, args.json)
 
 
 @guard("demo")

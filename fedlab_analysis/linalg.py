@@ -30,7 +30,8 @@ def cosine(a: Tensor, b: Tensor, at_zero: float = float("nan")) -> Tensor:
     """
     a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
     den = torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)
-    return torch.where(den > 0, (a * b).sum(-1) / den.clamp_min(1e-300), at_zero)
+    dot = a @ b if b.dim() == 1 else (a * b).sum(-1)     # rows against one vector: the probes' matrix-vector product
+    return torch.where(den > 0, dot / den.clamp_min(1e-300), at_zero)
 
 
 def project(d: Tensor, rho: float) -> Tensor:

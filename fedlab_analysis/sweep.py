@@ -129,7 +129,7 @@ def check_probe(args) -> None:
     from .probes import PROBES, line, runner
     line.check_args(args, outputs=False)
     opts = line.options_of(args)
-    runner.refuse_unused(args.probe, opts)
+    runner.precheck(args.probe, opts)
     try:
         PROBES[args.probe].compute(None, opts)
     except UserError:
@@ -228,9 +228,8 @@ def status(path) -> str:
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=float) + "\n")
-    os.replace(tmp, path)
+    from .rundir import write_text
+    write_text(path, json.dumps(obj, indent=1, default=float) + "\n")
 
 
 def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
@@ -245,8 +244,7 @@ def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
         result = line.run(p, args, outputs=False)
     except UserError as e:
         raise RuntimeError(f"probe {shlex.join(argv)!r} failed: error: {e}") from None
-    _write_json(target, result)
-    return json.loads(json.dumps(result, default=float))
+    return line.write_json(result, target)
 
 
 def run_one(task: dict) -> dict:

@@ -96,5 +96,8 @@ def test_cosine_broadcasts_rows_and_reports_a_zero_vector_as_asked():
     assert torch.allclose(c, want, atol=1e-15, rtol=0)
     assert float(c[1, 2]) == 0.0 and math.isnan(float(cosine(a, b)[1, 2]))        # default: NaN, undefined
     assert not torch.allclose(cosine(a, -b, at_zero=0.0), want)                   # the comparison can fail
+    # rows against one vector: the matrix-vector product the drift probe always used, bit for bit
+    rows, v = a[0].clone(), b[0, 0]
+    assert torch.equal(cosine(rows, v), (rows @ v) / (rows.norm(dim=-1) * v.norm()))
     # float32 rows (a model's weights) are compared in float64
     assert cosine(a.float(), b.float()).dtype == DT

@@ -2,6 +2,7 @@
 an interrupted sweep resumes without retraining, a failing run is recorded and the sweep goes on, and bad sweep
 files are one line with exit 2 before anything is written."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -300,3 +301,17 @@ def test_ray_backend_keeps_num_gpus(ray_runtime, tmp_path):
     assert (df["status"] == "done").all()
     seen = [json.loads((Path(p) / "done.json").read_text())["cuda_visible_devices"] for p in df["path"]]
     assert all(v in ("0", "1") for v in seen), seen
+
+
+@pytest.mark.parametrize("line, says", [
+    ("sharpness --bn-mode eval --bn-batch 64", "--bn-batch cannot act with --bn-mode eval"),
+    ("stability --pairs 0", "--pairs >= 1"),
+    ("stability --rounds 0 --pairs 2", "--pairs cannot act with --rounds 0")])
+def test_a_probe_line_the_probe_refuses_is_refused_before_training(line, says):
+    """The refusals a probe makes of its flags are made when the sweep is planned, not after a run has trained
+    (these three used to pass the plan: the bn-mode refusal lived in runner.measure only, and the stability probe
+    loaded its data before refusing)."""
+    from fedlab_analysis.errors import UserError
+    with pytest.raises(UserError, match=re.escape(says)):
+        sweep.parse_probes([line], "s.yaml")
+    assert sweep.parse_probes(["stability --rounds 1 --pairs 2"], "s.yaml")           # a good line passes

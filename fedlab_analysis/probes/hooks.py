@@ -35,6 +35,6 @@ def build(cfg) -> list:
         if name not in hooks:
             raise UserError(f"--probe: unknown {name!r}; choose from {', '.join(hooks)}")
         mod = hooks[name]
-        kw = {} if steps is None or name in ("gap", "stability") else {"steps": steps}
+        kw = {} if steps is None else {"steps": steps}          # every make_hook takes steps
         out.append(mod.make_hook(name, cfg.probe_every, **kw))
     return out

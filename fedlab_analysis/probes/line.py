@@ -6,7 +6,9 @@ sweep's probe lines and the demo all go through here, so a line means the same w
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from pathlib import Path
 
 from ..cli import data_spec, layer_spec, out_file, plot_file
 from ..errors import UserError
@@ -92,3 +94,12 @@ def run(p, args, outputs: bool = True) -> dict:
     if args.plot:                                    # the figure first: a failure in it leaves no JSON behind
         PROBES[args.probe].plot(result, args.plot)
     return runner.public(result)
+
+
+def write_json(result: dict, path) -> dict:
+    """``result`` written to ``path`` as the command line's --json writes it (atomically); returned as read back
+    from that text (plain numbers), which is what the sweep and the demo keep."""
+    from ..rundir import write_text
+    text = json.dumps(result, indent=1, default=float)
+    write_text(Path(path), text + "\n")
+    return json.loads(text)

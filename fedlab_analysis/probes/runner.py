@@ -35,9 +35,13 @@ def load(path):
     return checkpoint.load(path)
 
 
-def refuse_unused(name: str, opts) -> None:
-    """The common options the probe cannot act on (its module's ``IGNORES = (names, why)``), one line."""
+def precheck(name: str, opts) -> None:
+    """The refusals a probe line gets before any checkpoint is read (the sweep runs them before it trains): the
+    common options the probe cannot act on (its module's ``IGNORES = (names, why)``), --bn-batch with --bn-mode
+    eval. One line each."""
     common.refuse(opts, *getattr(PROBES[name], "IGNORES", ((), "")))
+    if opts.bn_mode == "eval":
+        common.refuse(opts, ["bn_batch"], "with --bn-mode eval (eval mode uses the running statistics)")
 
 
 def one(name: str, opts, path, device, dtype) -> tuple[dict, common.Bundle]:
@@ -70,9 +74,7 @@ def measure(name: str, opts, device=None, dtype=None) -> dict:
     from ..device import resolve
     device = resolve(opts.device) if device is None else device
     dtype = DTYPES[opts.dtype] if dtype is None else dtype
-    refuse_unused(name, opts)
-    if opts.bn_mode == "eval":
-        common.refuse(opts, ["bn_batch"], "with --bn-mode eval (eval mode uses the running statistics)")
+    precheck(name, opts)
     paths = opts.ckpt if isinstance(opts.ckpt, list) else [opts.ckpt]
     if len(paths) == 1:
         return one(name, opts, paths[0], device, dtype)[0]

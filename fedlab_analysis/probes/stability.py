@@ -47,6 +47,12 @@ def compute(b, opts: Options) -> dict:
     """
     from ..config import RunConfig
     from ..data import load_dataset
+    pairs = 1 if opts.pairs is None else opts.pairs
+    pool = 1000 if opts.pool is None else opts.pool
+    if opts.rounds == 0:                              # refusals first: the sweep checks a line with b = None
+        refuse(opts, ["pairs", "client", "pool"], "with --rounds 0 (no neighbouring run is trained)")
+    if (opts.rounds or 0) < 0 or pairs < 1:
+        raise UserError(f"--rounds must be >= 0 and --pairs >= 1 (got {opts.rounds}, {pairs})")
     ds = load_dataset(b.config["dataset"], data_dir=opts.data_dir or b.config.get("data_dir"), seed=b.config["seed"])
     (Xtr, ytr), (Xte, yte) = (select_data(ds, b.ckpt, s, by_client=b.bn_mode == "train") for s in ("train", "test"))
     to = {"device": b.theta.device, "dtype": b.theta.dtype}
@@ -54,12 +60,6 @@ def compute(b, opts: Options) -> dict:
     R = int(b.ckpt["round"]) if opts.rounds is None else opts.rounds
     out = {"gap": gap, "summary": {"gap_loss": gap["gap_loss"], "gap_acc": gap["gap_acc"], "n_train": gap["n_train"],
                                    "n_test": gap["n_test"]}}
-    if R == 0:
-        refuse(opts, ["pairs", "client", "pool"], "with --rounds 0 (no neighbouring run is trained)")
-    pairs = 1 if opts.pairs is None else opts.pairs
-    pool = 1000 if opts.pool is None else opts.pool
-    if R < 0 or pairs < 1:
-        raise UserError(f"--rounds must be >= 0 and --pairs >= 1 (got {opts.rounds}, {pairs})")
     if R > 0:
         cfg = dataclasses.replace(RunConfig.from_dict(b.config), device=str(b.theta.device),
                                   data_dir=opts.data_dir or b.config.get("data_dir"))

@@ -106,9 +106,10 @@ class Shadow:
             jj = active.index(self.client)
             self.touches += sum(int((b == j).sum()) for b in ctx.batches[jj])
         d0 = float((ctx.x0 - ctx2.x0).norm(dim=1).mean())
-        dK = float((x - self.x).norm(dim=1).mean())
+        dist = (x - self.x).norm(dim=1)
+        dK = float(dist.mean())
         r_init = _ratio(d0, self.delta_last)
-        self.dist_last[ctx.S.cpu()] = (x - self.x).norm(dim=1).double().cpu()
+        self.dist_last[ctx.S.cpu()] = dist.double().cpu()
         self.delta_last = float(self.dist_last.mean())
         return {"round": base.t, "delta_w": float((base.w - self.run.w).norm()), "delta_0": d0, "delta_K": dK,
                 "delta_last": self.delta_last, "r_init": r_init, "r_local": _ratio(dK, d0),
@@ -152,11 +153,13 @@ def make_hook(name: str = "stability", every: int = 1, steps=None, *, pairs=1, s
         def gap_hook(event, run, ctx, x):
             if event != "round" or run.t % every:
                 return
-            ix = run.eval_train[:samples] if samples else torch.cat(run.idx).unique()
+            if gap_hook.train is None or gap_hook.train[0] is not run:      # the train set, gathered once a run
+                ix = run.eval_train[:samples] if samples else torch.cat(run.idx).unique()
+                gap_hook.train = (run, run.X[ix], run.Y[ix])
             run.model.eval()
-            g = generalization_gap(run.forward, run.w, run.X[ix], run.Y[ix], run.Xte, run.Yte)
+            g = generalization_gap(run.forward, run.w, *gap_hook.train[1:], run.Xte, run.Yte)
             gap_hook.rows.append({"probe": "gap", "round": run.t, **g})
-        gap_hook.rows = []
+        gap_hook.rows, gap_hook.train = [], None
         return gap_hook
     if name != "stability":
         raise UserError(f"unknown hook {name!r} in probes.stability; use gap or stability")
