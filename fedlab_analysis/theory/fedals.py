@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from . import rules
-from .claims import FINDING, HOLDS, INCONCLUSIVE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, loglog_slope, slack
+from .claims import (FINDING, HOLDS, INCONCLUSIVE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge,
+                     loglog_slope, slack)
 from .toys import DT, LeastSquares, _mv, make_task, no_autograd, save_figure
 
 PAPER = "fedals"
@@ -274,7 +275,7 @@ def check_thm43_tau(K=5, d=10, T=200, b=4, eta=0.05, lam=0.0, taus=(1, 2, 5, 10,
             _claim("rem51-opt-tau", "the optimisation error grows with tau (non-iid): the FedALS trade-off",
                    "Remark 5.1", "excess population risk rises from tau=1 to tau_max (>3 SE)",
                    f"excess {H['excess'][0]:.3g}->{H['excess'][-1]:.3g} (z {z_ex:.1f})",
-                   HOLDS if z_ex > 3 else VIOLATED if z_ex < -3 else INCONCLUSIVE, z_ex, det)]
+                   judge(z_ex, 3, -3), z_ex, det)]
 
 
 @no_autograd

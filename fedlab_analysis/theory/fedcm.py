@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .claims import (HOLDS, INCONCLUSIVE, NOT_CHECKED, SANITY, VIOLATED, Claim, bound, identity, loglog_fit,
+from .claims import (HOLDS, INCONCLUSIVE, NOT_CHECKED, SANITY, VIOLATED, Claim, bound, identity, judge, loglog_fit,
                      loglog_slope, slack, slope)
 from . import rules
 from .engine_toys import make_run, trajectory
@@ -608,7 +608,7 @@ def check_participation(S=10, Ns=(20, 200), d=5, K=10, T=150, sigma=0.5, alpha=0
             errs[m].append(float(e.mean())), ses[m].append(float(e.std() / math.sqrt(R)))
     gap = {m: (errs[m][-1] - errs["FedCM"][-1]) / math.hypot(ses[m][-1], ses["FedCM"][-1])
            for m in ("FedAvg", "SCAFFOLD")}                                    # > 0: FedCM better, in SEs
-    verdict = HOLDS if min(gap.values()) > 2 else VIOLATED if min(gap.values()) < -2 else INCONCLUSIVE
+    verdict = judge(min(gap.values()), 2, -2)
     fig = save_figure(out_dir, f"{PAPER}_participation.png", {m: (Ns, e) for m, e in errs.items()},
                       xlabel="N (S fixed)", ylabel="f(x_t) - f*", title=f"participation, S={S}")
     return _claim("participation", "FedCM is robust to low participation (N/S-free), best there",

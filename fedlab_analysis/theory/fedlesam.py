@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..linalg import cosine, trust_region_max
+from ..linalg import cosine, trust_region_max, unit
 from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge, loglog_fit,
                      loglog_slope, rate, slack)
 from . import rules
 from .engine_toys import make_run
-from .rules import unit
 from .toys import DT, active_masks, make_quadratics, no_autograd, per_run, save_figure
 from .toys_nonconvex import flatness_runs, flatness_text, make_sharp_flat
 

@@ -457,7 +457,6 @@ def simulate_seeds(probs, *, betas, runs: int | None = None, **kw) -> list[dict]
     S, d = len(probs), probs[0].d
     batch = (S,) if runs is None else (S, runs)
     beta = [[b] * (runs or 1) if not isinstance(b, (list, tuple)) else list(b) for b in betas]
-    beta = betas[0] if all(b == betas[0] for b in betas) and not isinstance(betas[0], (list, tuple)) else beta
     if "r" in kw and isinstance(kw["r"], (list, tuple)):
         kw["r"] = [list(kw["r"])] * S
     tr = simulate(stack_seeds(probs, len(batch) - 1), beta=beta, w0=torch.zeros(*batch, d, dtype=DT), **kw)
@@ -573,7 +572,8 @@ def check_thm41_seeds(seeds: list[int], m=20, n_active=None, d=10, Ts=(400, 800,
     for T in Ts:
         r = r0 / math.sqrt(n * (Ts[0] if fixed_r else T))
         r_fix = r0 / math.sqrt(n * Ts[0])              # control: r held at its T0 value, outside the schedule
-        for i, (p, beta, tr, tc) in enumerate(zip(probs, betas, runs(r, T), runs(r_fix, T))):
+        main = runs(r, T)                              # at T0 (and with fixed_r) the control is the same run
+        for i, (p, beta, tr, tc) in enumerate(zip(probs, betas, main, main if r_fix == r else runs(r_fix, T))):
             rows[i].append(thm41_terms(p, tr, beta, r, n, T))
             ctl_lhs[i].append(thm41_terms(p, tc, beta, r_fix, n, T)["lhs"])
     return [_thm41_claims(p, beta, rows[i], ctl_lhs[i], m=m, n=n, eig=eig, r0=r0, Ts=Ts, fixed_r=fixed_r,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from ..linalg import unit  # noqa: F401  (the one unit(); fedsmoo.py and the rules below read it from here)
+from ..linalg import unit                   # the one unit(), shared with the probes
 
 
 def sgd_step(x: torch.Tensor, eta, d: torch.Tensor) -> torch.Tensor:
