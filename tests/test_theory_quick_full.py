@@ -13,6 +13,9 @@ REPORT = Path(__file__).resolve().parents[1] / "paper_figures" / "out" / "theory
 # Rows unanimous in the full run that quick (fewer replicates) still turns "mixed" over seeds 0-4: none since quick
 # runs the full designs with fewer replicates (issue 24); a paper named here is a strict xfail.
 KNOWN: dict = {}
+# Rows whose measurement is a CPU timing (FedInit's RI overhead on the trainer): a verdict on speed is not this test's
+# to assert (speed lives in benchmarks/), and on a shared machine it would make the test depend on the load.
+TIMED = {"ri-overhead-trainer"}
 
 
 @pytest.mark.slow
@@ -22,5 +25,6 @@ def test_quick_keeps_the_full_runs_unanimous_verdicts(paper):
     full = {c.id: c for c in read_report(REPORT) if c.paper == paper}
     quick = {c.id: c for c in over_seeds(load(paper).run, [0, 1, 2, 3, 4], quick=True)}
     differ = [(i, c.outcome, quick[i].outcome) for i, c in full.items()
-              if i in quick and c.verdict != NOT_CHECKED and len(c.tally) == 1 and quick[i].verdict != c.verdict]
+              if i in quick and i not in TIMED and c.verdict != NOT_CHECKED and len(c.tally) == 1
+              and quick[i].verdict != c.verdict]
     assert not differ, differ
