@@ -233,3 +233,16 @@ def refusal(p: Plan, free: int, disk: int | None = None) -> str | None:
         return (f"the run writes about {gb(p.disk_total)} and {gb(disk)} is free on its disk; use --ckpt-keep last "
                 f"or a larger --ckpt-every (see --dry-run)")
     return None
+
+
+def pack(plans: list[Plan], name: str) -> Plan:
+    """A pack's plan (trainers/pack.py): the runtime and the data once, the rest once per run (the pack's gathered
+    gradient call holds every run's working set at once)."""
+    p = Plan(name, plans[0].device, n_active=sum(q.n_active for q in plans))
+    for q in plans:
+        for k, v in q.memory.items():
+            p.memory[k] = max(p.memory.get(k, 0), v) if k in ("runtime", "data") else p.memory.get(k, 0) + v
+        for mine, theirs in ((p.host, q.host), (p.disk, q.disk)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+    return p

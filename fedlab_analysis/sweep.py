@@ -24,6 +24,7 @@ per run); ``report.table("runs/t2")`` turns it into the mean +- std table. In a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib
 import itertools
@@ -247,39 +248,107 @@ def _probe(argv: list[str], run_dir: Path, label: str) -> dict:
     return line.write_json(result, target)
 
 
-def run_one(task: dict) -> dict:
+def run_one(task: dict) -> dict | list[dict]:
     """Train one run (resuming from its last checkpoint if one is there), run its probes, and record the outcome
-    in RUN/done.json or RUN/failed.json. Never raises: a failure is a record, so the sweep goes on."""
+    in RUN/done.json or RUN/failed.json. Never raises: a failure is a record, so the sweep goes on. A pack task
+    (``{"pack": [task, ...]}``: ``packs``) trains its runs together (trainers/pack.py) and returns their records."""
+    if "pack" in task:
+        return run_pack(task["pack"])
     path, t0 = Path(task["path"]), time.perf_counter()
     if (path / "done.json").exists():
         return {**task, "status": "done"}
     try:
-        import torch
-
-        from .probes.hooks import build
         from .trainers.loop import train
-        from .device import set_threads
-        (path / "failed.json").unlink(missing_ok=True)
-        cfg = RunConfig.from_dict(task["config"])
-        threads = torch.get_num_threads()          # restored after: workers=1 runs in the caller's process
-        set_threads(cfg.threads)
-        if cfg.device.startswith("cuda:") and torch.cuda.is_available():
-            torch.cuda.set_device(int(cfg.device[5:]))      # this run's GPU is also the default one in its process
-        try:
-            resume = (path / "ckpt" / "last.pt").exists()     # killed before a checkpoint: start that run again
-            run = train(cfg, path, resume=resume, overwrite=not resume, callbacks=build(cfg))
-            # probes run where the run trained, unless their line names a --device
-            results = {label: _probe(argv if "--device" in argv else [*argv, "--device", cfg.device], path, label)
-                       for label, argv in task["probes"].items()}
-        finally:
-            torch.set_num_threads(threads)
-        record = {"status": "done", "round": run.t, "final": run.last_row or {}, "seconds": time.perf_counter() - t0,
-                  "device": str(run.device), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                  "probes": {label: r.get("summary") for label, r in results.items()}}
-        _write_json(path / "done.json", record)
+        with _threads(task) as (cfg, resume, hooks):
+            run = train(cfg, path, resume=resume, overwrite=not resume, callbacks=hooks)
+            return _finish(task, run, t0)
     except Exception as e:                    # noqa: BLE001  (any failure of one run is recorded, not fatal)
         return failed(task, e, time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _threads(task: dict):
+    """A task's config, whether it resumes (killed before a checkpoint: start that run again) and its hooks, with
+    the run's torch threads and GPU set for the block (restored after: workers=1 runs in the caller's process)."""
+    import torch
+
+    from .device import set_threads
+    from .probes.hooks import build
+    path = Path(task["path"])
+    (path / "failed.json").unlink(missing_ok=True)
+    cfg = RunConfig.from_dict(task["config"])
+    threads = torch.get_num_threads()
+    set_threads(cfg.threads)
+    if cfg.device.startswith("cuda:") and torch.cuda.is_available():
+        torch.cuda.set_device(int(cfg.device[5:]))          # this run's GPU is also the default one in its process
+    try:
+        yield cfg, (path / "ckpt" / "last.pt").exists(), build(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _finish(task: dict, run, t0: float) -> dict:
+    """After training: the task's probe lines, where the run trained unless a line names a --device, and
+    RUN/done.json."""
+    path, cfg = Path(task["path"]), run.cfg
+    results = {label: _probe(argv if "--device" in argv else [*argv, "--device", cfg.device], path, label)
+               for label, argv in task["probes"].items()}
+    record = {"status": "done", "round": run.t, "final": run.last_row or {}, "seconds": time.perf_counter() - t0,
+              "device": str(run.device), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "probes": {label: r.get("summary") for label, r in results.items()}}
+    _write_json(path / "done.json", record)
     return {**task, "status": "done"}
+
+
+def run_pack(tasks: list[dict]) -> list[dict]:
+    """``run_one`` for runs that share one program (trainers/pack.py): trained together, then each one's probes
+    and record; a run that diverges or fails is recorded and the others go on."""
+    from .trainers.pack import Job, train_pack
+    t0, todo, out = time.perf_counter(), [], []
+    for t in tasks:
+        if (Path(t["path"]) / "done.json").exists():
+            out.append({**t, "status": "done"})
+        else:
+            todo.append(t)
+    try:
+        with contextlib.ExitStack() as stack:
+            setups = [stack.enter_context(_threads(t)) for t in todo]
+            jobs = [Job(cfg, Path(t["path"]), resume=resume, overwrite=not resume, callbacks=hooks)
+                    for t, (cfg, resume, hooks) in zip(todo, setups)]
+            outcomes = train_pack(jobs)
+    except Exception as e:                    # noqa: BLE001  (the pack could not start: each run records it)
+        return out + [failed(t, e, time.perf_counter() - t0) for t in todo]
+    for t, o in zip(todo, outcomes):
+        try:
+            if o.status != "done":
+                raise o.exc
+            out.append(_finish(t, o.run, t0))
+        except Exception as e:                # noqa: BLE001
+            out.append(failed(t, e, time.perf_counter() - t0))
+    return out
+
+
+def packs(tasks: list[dict], n: int, pack: str = "auto") -> list[dict]:
+    """The tasks as the workers take them: with ``pack`` auto, the runs that can share a program
+    (``trainers.pack.packable``: same model and data, vmapped local steps) in ``n`` packs per kind, one per
+    worker; the others, and every run with ``pack`` off, alone."""
+    from .trainers.pack import groups, packable
+    if pack == "off":
+        return list(tasks)
+    cfgs = [RunConfig.from_dict(t["config"]) for t in tasks]
+    able = [i for i, c in enumerate(cfgs) if packable(c)]
+    out = [tasks[i] for i in range(len(tasks)) if i not in set(able)]
+    for g in groups([cfgs[i] for i in able], n):
+        out.append({"pack": [tasks[able[j]] for j in g]} if len(g) > 1 else tasks[able[g[0]]])
+    return out
+
+
+def packing_line(work: list[dict]) -> str:
+    """How the sweep packed its runs, in one line."""
+    sizes = [len(w["pack"]) for w in work if "pack" in w]
+    alone = len(work) - len(sizes)
+    return (f"sweep: {sum(sizes) + alone} runs to train: " + (f"{len(sizes)} pack(s) of {'+'.join(map(str, sizes))} "
+            f"runs trained together" if sizes else "no packs") + (f", {alone} alone" if alone else ""))
 
 
 def failed(task: dict, e: BaseException, seconds: float | None = None) -> dict:
@@ -336,6 +405,8 @@ def slots(workers: int, gpus: list[int] | None) -> list[str | None]:
 
 def placed(task: dict, slot: str | None) -> dict:
     """The task with its run put on the worker's GPU ``slot`` (runs asking for ``device: cpu`` stay there)."""
+    if "pack" in task:
+        return {"pack": [placed(t, slot) for t in task["pack"]]}
     if slot is None or task["config"].get("device") == "cpu":
         return task
     return {**task, "config": {**task["config"], "device": slot}}
@@ -359,7 +430,7 @@ def _local(tasks, devices: list, done):
     and putting it on its device; a single worker without a device runs in this process."""
     if devices == [None]:
         for t in tasks:
-            done(_worker()(t))
+            done(_worker()(t), t)
         return
     from concurrent.futures import FIRST_COMPLETED, wait
     pools = [_pool() for _ in devices]
@@ -375,9 +446,9 @@ def _local(tasks, devices: list, done):
                 t, w = running.pop(f)
                 free.append(w)
                 try:
-                    done(f.result())
+                    done(f.result(), t)
                 except Exception as e:        # noqa: BLE001  (a worker process died: out of memory, a crash)
-                    done(failed(t, e))
+                    done(None, t, e)
     except KeyboardInterrupt:
         for p in pools:
             p.shutdown(cancel_futures=True)
@@ -427,9 +498,9 @@ def _ray(ray, tasks, resources, done):
         for ref in ready:
             task = pending.pop(ref)
             try:
-                done(ray.get(ref))
+                done(ray.get(ref), task)
             except ray.exceptions.RayError as e:      # the worker died (out of memory, machine lost)
-                done(failed(task, e))
+                done(None, task, e)
 
 
 # ---- the sweep -------------------------------------------------------------------------------------------
@@ -470,7 +541,7 @@ def probe_values(summaries: dict) -> dict:
 
 
 def run(sweep, out=None, backend: str = "local", address: str | None = None, workers: int | None = None,
-        retry_failed: bool = False, quiet: bool = False, gpus=None):
+        retry_failed: bool = False, quiet: bool = False, gpus=None, pack: str = "auto"):
     """Run every cell of ``sweep`` (a YAML path or a dict) that has not finished yet; returns a DataFrame with one
     row per run (grid keys, name, status, path, final metrics, probe values). Raises UserError on a bad sweep."""
     source = str(sweep) if not isinstance(sweep, dict) else "sweep"
@@ -481,6 +552,8 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
         out = Path("runs") / Path(sweep).stem
     if backend not in ("local", "ray"):
         raise UserError(f"--backend: unknown {backend!r}; choose local or ray")
+    if pack not in ("auto", "off"):
+        raise UserError(f"--pack: unknown {pack!r}; choose auto or off")
     if address and backend != "ray":
         raise UserError("--address: only with --backend ray")
     if workers is not None and workers < 1:
@@ -513,17 +586,25 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), unit="run", desc=f"sweep {out.name}",
                disable=quiet, file=sys.stderr)
 
-    def done(record):
-        by_name[record["name"]].update(status=record["status"], error=record.get("error"))
+    def done(result, task, error=None):
+        """A worker's record (a pack's: a list of them), or the ``error`` that ended its process."""
+        if error is not None:
+            result = [failed(t, error) for t in task.get("pack", [task])]
+        for record in result if isinstance(result, list) else [result]:
+            by_name[record["name"]].update(status=record["status"], error=record.get("error"))
+            bar.update(1)
+            if record["status"] == "failed" and not quiet:
+                bar.write(f"failed: {record['name']} {record['cell']}: {record.get('error')}", file=sys.stderr)
         index()
-        bar.update(1)
-        if record["status"] == "failed" and not quiet:
-            bar.write(f"failed: {record['name']} {record['cell']}: {record.get('error')}", file=sys.stderr)
+    n = min(workers, max(len(todo), 1)) if backend == "local" else ray_cpus
+    work = packs(todo, n, pack)
+    if not quiet and todo:
+        bar.write(packing_line(work), file=sys.stderr)
     try:
         if backend == "local":
-            _local(todo, slots(min(workers, max(len(todo), 1)), gpus), done)
+            _local(work, slots(min(workers, max(len(work), 1)), gpus), done)
         else:
-            _ray(ray, todo, meta["resources"], done)
+            _ray(ray, work, meta["resources"], done)
     finally:
         bar.close()
         if started:
@@ -545,6 +626,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", default=None, metavar="0,1|all", help="local backend: one worker per listed GPU, each "
                    "run on its worker's GPU (cuda:i)")
     p.add_argument("--out", default=None, help="output directory (default: runs/<sweep file name>)")
+    p.add_argument("--pack", choices=("auto", "off"), default="auto", help="auto: runs of one model and data set "
+                   "whose local steps are vmapped train together, one pack per worker (trainers/pack.py; each run "
+                   "still writes its own directory, equal to the run alone); off: one run per worker at a time")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     p.add_argument("--dry-run", action="store_true", help="print each run's memory and disk plan, the sweep's disk "
@@ -552,18 +636,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def dry_run(path, out=None, workers: int | None = None) -> list[str]:
-    """Each run's plan (fedlab_analysis.plan), the sweep's disk total and the largest peak."""
+def dry_run(path, out=None, workers: int | None = None, pack: str = "auto") -> list[str]:
+    """Each run's plan (fedlab_analysis.plan), each pack's (the runs trained together: plan.pack), the sweep's disk
+    total and the largest peak of what a worker holds at once."""
     from . import plan as planning
     out = Path(out) if out is not None else Path("runs") / Path(path).stem
     tasks, _ = plan(load(path), out, str(path))
-    lines, disk, peak, dev = [], 0, 0, "cpu"
-    for t in tasks:
-        p = planning.plan(RunConfig.from_dict(t["config"], t["name"]), name=t["name"])
-        lines.extend(p.lines())
-        disk, peak, dev = disk + p.disk_total, max(peak, p.peak), p.device
     n = min(len(tasks), workers or os.cpu_count() or 1)
-    lines.append(f"sweep: {len(tasks)} runs, disk {planning.gb(disk)}; largest peak {planning.gib(peak)} per run "
+    plans = {t["name"]: planning.plan(RunConfig.from_dict(t["config"], t["name"]), name=t["name"]) for t in tasks}
+    lines, disk, peak, dev = [], 0, 0, "cpu"
+    for p in plans.values():
+        lines.extend(p.lines())
+        disk, dev = disk + p.disk_total, p.device
+    for w in packs(tasks, n, pack):
+        if "pack" in w:
+            p = planning.pack([plans[t["name"]] for t in w["pack"]], f"pack of {len(w['pack'])} runs")
+            lines.append(p.lines()[0])
+        else:
+            p = plans[w["name"]]
+        peak = max(peak, p.peak)
+    lines.append(f"sweep: {len(tasks)} runs, disk {planning.gb(disk)}; largest peak {planning.gib(peak)} per worker "
                  f"({n} at a time here: {planning.gib(n * peak)}); free: {planning.gib(planning.free_memory(dev))} "
                  f"on {dev}, {planning.gb(planning.free_disk(out))} disk at {out}")
     return lines
@@ -574,14 +666,14 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.dry_run:
         try:
-            print("\n".join(dry_run(args.sweep, args.out, args.workers)))
+            print("\n".join(dry_run(args.sweep, args.out, args.workers, args.pack)))
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
     try:
         df = run(args.sweep, out=args.out, backend=args.backend, address=args.address, workers=args.workers,
-                 retry_failed=args.retry_failed, quiet=args.quiet, gpus=args.gpus)
+                 retry_failed=args.retry_failed, quiet=args.quiet, gpus=args.gpus, pack=args.pack)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -58,7 +58,7 @@ TIERS = {"quick": QUICK_BASE, "mnist": MNIST_BASE, "full": FULL_BASE}
 SEEDS = {"quick": 3, "mnist": 5, "full": 3}          # default --seeds per tier
 
 VERDICTS = V.OUTCOMES
-_ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2, "tier": "quick"}   # set by parse_args
+_ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2, "tier": "quick", "pack": 4}   # set by parse_args
 
 
 def tier_of(tier) -> str:
@@ -70,9 +70,10 @@ def tier_of(tier) -> str:
     return tier
 
 
-def parse_args(description: str, argv=None) -> argparse.Namespace:
+def parse_args(description: str, argv=None, need_data: bool = True) -> argparse.Namespace:
     """--tier quick|mnist|full (--full = --tier full), --seeds N (default 3 quick, 5 mnist), --workers N (default
-    2), --out DIR, --data-dir, --quiet. Bad input: one `error:` line, exit 2. ``args.full`` is ``tier == "full"``."""
+    2), --pack N (default 4), --out DIR, --data-dir, --quiet. Bad input: one `error:` line, exit 2. ``args.full`` is
+    ``tier == "full"``; ``need_data`` False: --tier full without --data-dir (a plan reads no data)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--tier", default=None, help="quick (digits, minutes on a CPU; default), mnist (the real-data "
                     "tier: MNIST, the papers' protocol, 5 seeds; `make data` first) or full (CIFAR-10 from "
@@ -81,6 +82,9 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; 5 for mnist)")
     ap.add_argument("--workers", type=int, default=2, help="runs trained side by side, one torch thread each "
                     "(default 2)")
+    ap.add_argument("--pack", type=int, default=4, help="runs of one model trained together in each worker "
+                    "(fedlab_analysis.trainers.pack; each still its own run directory, equal to the run alone); "
+                    "1: one run at a time (default 4)")
     ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(OUT),
                     help=f"output root; results go to OUT/<name>/ (default $PAPER_FIGURES_OUT, else {OUT})")
     ap.add_argument("--data-dir", default=None, help="directory with the official dataset files (--tier full: "
@@ -101,7 +105,9 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
         err = f"--seeds: must be >= 1 (got {args.seeds})"
     elif args.workers < 1:
         err = f"--workers: must be >= 1 (got {args.workers})"
-    elif args.tier == "full" and not args.data_dir:
+    elif args.pack < 1:
+        err = f"--pack: must be >= 1 (got {args.pack})"
+    elif args.tier == "full" and not args.data_dir and need_data:
         err = "--data-dir: --tier full reads CIFAR-10 from a local directory; give --data-dir DIR"
     elif args.data_dir and not Path(args.data_dir).is_dir():
         err = f"--data-dir: no directory {args.data_dir!r}"
@@ -111,8 +117,8 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
     args.full = args.tier == "full"
     from fedlab_analysis.device import resolve, set_threads
     set_threads(1)                                   # the MLPs are fastest on one thread; shares the machine
-    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers, tier=args.tier,
-                 device=str(resolve("auto")) if args.full else "cpu")
+    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers, tier=args.tier, pack=args.pack,
+                 device=str(resolve("auto")) if args.tier != "quick" else "cpu")   # real tiers: the GPU if any
     return args
 
 
@@ -127,7 +133,7 @@ def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None)
         if mod is not None and hasattr(mod, "run_list"):
             from paper_figures import runs
             runs.train_pool(runs.tasks(mod.run_list(args.tier, args.seeds), args.tier), args.workers,
-                            quiet=args.quiet)
+                            quiet=args.quiet, pack=args.pack)
         out = compute(args.seeds, args.tier)
     except UserError as e:
         run_error(e)
@@ -163,8 +169,8 @@ def config(cfg_overrides: dict, seed: int = 0, tier="quick") -> RunConfig:
     base = dict(TIERS[t])
     if t == "full":
         base.update(data_dir=_ARGS["data_dir"], device=_ARGS["device"])
-    elif t == "mnist" and _ARGS["data_dir"]:
-        base.update(data_dir=_ARGS["data_dir"])
+    elif t == "mnist":
+        base.update(device=_ARGS["device"], **({"data_dir": _ARGS["data_dir"]} if _ARGS["data_dir"] else {}))
     return RunConfig(**{**base, **cfg_overrides, "seed": seed}).validate()
 
 

@@ -46,7 +46,11 @@ HOOKS = {                                     # tag -> "module:function(seed) ->
 # seconds per round of FedAvg with one thread, as a function of the client-steps of a round (n_active x local steps,
 # batch 50) and an evaluation; from the issue's measurement on this machine (MNIST MLP, 100 clients at 10%, batch 50,
 # 5 epochs: ~0.7 s a round) and the digits QUICK runs (~0.1 s); SAM-type methods take two gradients a step
-COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (0.1, 5.0)}
+# full: the papers' CIFAR-10 setting on one GPU, from the measured FedAvg round (ResNet-18-GN, 100 clients, Bernoulli
+# 10%, 5 epochs: ~500 client-steps of batch 50; compiled, fp32) in benchmarks/gpu_check.md; an evaluation (12,000
+# images, forward only) as a third of the same number of training steps' cost: derived, not measured
+CARD = "one NVIDIA H200 (benchmarks/gpu_check.md, 27 Nov 2026: FedAvg 2.258 s a round, compiled, fp32)"
+COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (2.258 / 500, 2.258 / 500 * 240 / 3)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
 HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5-rho0.1": 2.5}
 _UNFINGERPRINTED: set = set()                 # sources whose fingerprint failed in this process (same_behaviour)
@@ -111,10 +115,12 @@ def root(tier: str) -> Path:
 
 
 def estimate(cfg, tag: str, tier: str) -> float:
-    """Estimated seconds of one run (one thread): rounds x (client-steps x per-step cost x gradients + eval)."""
+    """Estimated seconds of one run (one CPU thread; the full tier: one GPU, ``CARD``): rounds x (client-steps x
+    per-step cost x gradients + eval)."""
     per_step, per_eval = COST.get(tier, COST["quick"])
     n = max(1, round(cfg.clients * cfg.active_ratio))
-    sizes = 60000 / cfg.clients if cfg.dataset == "mnist" else 1437 / cfg.clients
+    from fedlab_analysis.plan import SHAPES
+    sizes = SHAPES.get(cfg.dataset, (1437,))[0] / cfg.clients
     steps = cfg.local_steps or cfg.local_epochs * max(1, round(sizes / cfg.batch_size))
     grads = 2 if cfg.algo in TWO_GRADS else 1
     per_round = n * steps * per_step * grads * cfg.batch_size / 50 + per_eval / cfg.eval_every
@@ -253,48 +259,105 @@ def _write(path: Path, obj) -> None:
 def ensure(task: dict) -> dict:
     """Make the task's run done (train, resume, or nothing); returns {"path", "status", "error"?}. Never raises for
     a failing run: failed.json records it. Runs in pool workers and in the scripts' own process."""
-    from fedlab_analysis.config import RunConfig
-    from fedlab_analysis.errors import Diverged
-    entry = Path(task["path"])
-    st = status(task)
-    if st == "done":
-        return {"path": str(entry), "status": "done"}
-    t0 = time.perf_counter()
-    try:
+    return ensure_pack([task])[0]
+
+
+def ensure_pack(tasks: list[dict]) -> list[dict]:
+    """``ensure`` for runs trained together in one program (fedlab_analysis.trainers.pack): each entry prepared,
+    the pending ones trained as one pack, each one's matched-fit check and done.json (or failed.json) after it. A
+    run that diverges is done and marked; one that fails is recorded; the others go on."""
+    from fedlab_analysis.trainers.pack import Job, train_pack
+    t0, recs, todo = time.perf_counter(), {}, []
+    for i, task in enumerate(tasks):
+        try:
+            if status(task) == "done":
+                recs[i] = {"path": task["path"], "status": "done"}
+            else:
+                todo.append((i, task, *_prepare(task)))
+        except Exception as e:                    # noqa: BLE001  (one failing run is recorded, not fatal)
+            recs[i] = _failed(task, e)
+    if todo:
         import torch
 
         from fedlab_analysis.device import set_threads
-        from fedlab_analysis.trainers.loop import train
-        if st == "new" and entry.exists():
-            shutil.rmtree(entry)                      # a stale key: nothing of it is reused
-        entry.mkdir(parents=True, exist_ok=True)
-        if st == "new":                               # an equivalent entry keeps the source that trained it
-            _write(entry / "key.json", task["key"])
-        (entry / "failed.json").unlink(missing_ok=True)
-        resume = (entry / "run" / "ckpt" / "last.pt").exists()
-        cfg = RunConfig.from_dict(task["config"])
         threads = torch.get_num_threads()
-        set_threads(cfg.threads)
-        fit = MatchedFit(entry)
-        diverged = None
+        set_threads(todo[0][3].threads)
         try:
-            run = train(cfg, entry / "run", resume=resume, overwrite=not resume,
-                        callbacks=[*hooks_for(task["tag"], cfg.seed), fit])
-            fit.check(run, run.last_row, run.w, run.buf if run.bspace.P else None, run.t)
-        except Diverged as e:
-            diverged = str(e)
+            outcomes = train_pack([Job(cfg, Path(task["path"]) / "run", resume=resume, overwrite=not resume,
+                                       callbacks=[*hooks_for(task["tag"], cfg.seed), fit])
+                                   for _, task, resume, cfg, fit in todo])
+        except Exception as e:                    # noqa: BLE001  (the pack could not start: each run records it)
+            outcomes = [e] * len(todo)
         finally:
             torch.set_num_threads(threads)
-        for f in (entry / "run" / "ckpt").glob("round_*.pt"):
-            f.unlink(missing_ok=True)
-        _write(entry / "done.json", {"diverged": diverged, "resumed": resume, "seconds": time.perf_counter() - t0})
-        return {"path": str(entry), "status": "done"}
-    except Exception as e:                        # noqa: BLE001  (one failing run is recorded, not fatal)
-        import traceback
-        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        entry.mkdir(parents=True, exist_ok=True)
-        _write(entry / "failed.json", {"error": err, "traceback": traceback.format_exc()})
-        return {"path": str(entry), "status": "failed", "error": err}
+        for (i, task, resume, _, fit), o in zip(todo, outcomes):
+            try:
+                recs[i] = _finish(task, o, resume, fit, t0)
+            except Exception as e:                # noqa: BLE001
+                recs[i] = _failed(task, e)
+    return [recs[i] for i in range(len(tasks))]
+
+
+def _prepare(task: dict):
+    """A pending entry made ready to train: (whether it resumes, its RunConfig, its MatchedFit hook)."""
+    from fedlab_analysis.config import RunConfig
+    entry = Path(task["path"])
+    st = status(task)
+    if st == "new" and entry.exists():
+        shutil.rmtree(entry)                      # a stale key: nothing of it is reused
+    entry.mkdir(parents=True, exist_ok=True)
+    if st == "new":                               # an equivalent entry keeps the source that trained it
+        _write(entry / "key.json", task["key"])
+    (entry / "failed.json").unlink(missing_ok=True)
+    return (entry / "run" / "ckpt" / "last.pt").exists(), RunConfig.from_dict(task["config"]), MatchedFit(entry)
+
+
+def _finish(task: dict, outcome, resume: bool, fit, t0: float) -> dict:
+    """After training: the last round's matched-fit check, the round checkpoints removed, done.json (a divergence
+    is an outcome: done and marked); a failed run raises its error."""
+    if isinstance(outcome, BaseException) or outcome.status == "failed":
+        raise outcome if isinstance(outcome, BaseException) else outcome.exc
+    entry, diverged = Path(task["path"]), None
+    if outcome.status == "done":
+        run = outcome.run
+        fit.check(run, run.last_row, run.w, run.buf if run.bspace.P else None, run.t)
+    else:
+        diverged = outcome.error
+    for f in (entry / "run" / "ckpt").glob("round_*.pt"):
+        f.unlink(missing_ok=True)
+    _write(entry / "done.json", {"diverged": diverged, "resumed": resume, "seconds": time.perf_counter() - t0})
+    return {"path": str(entry), "status": "done"}
+
+
+def _failed(task: dict, e: BaseException) -> dict:
+    import traceback
+    entry = Path(task["path"])
+    err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    entry.mkdir(parents=True, exist_ok=True)
+    _write(entry / "failed.json", {"error": err, "traceback": "".join(traceback.format_exception(e))})
+    return {"path": str(entry), "status": "failed", "error": err}
+
+
+def packed(pending: list[dict], size: int) -> list[list[dict]]:
+    """The pending tasks as packs of at most ``size`` runs that can share a program (same model and data, vmapped
+    local steps: ``trainers.pack.packable``; the same number of rounds, so none waits long for another), in the
+    order given: a pack goes when it is full, or at the end."""
+    from fedlab_analysis.config import RunConfig
+    from fedlab_analysis.trainers.pack import pack_key, packable
+    out, open_ = [], {}
+    for t in pending:
+        cfg = RunConfig.from_dict(t["config"])
+        if size <= 1 or not packable(cfg):
+            out.append([t])
+            continue
+        k = (pack_key(cfg), cfg.rounds)
+        if k not in open_:
+            open_[k] = []
+            out.append(open_[k])
+        open_[k].append(t)
+        if len(open_[k]) == size:
+            del open_[k]
+    return out
 
 
 def result(rec: dict) -> dict:
@@ -319,10 +382,10 @@ def result(rec: dict) -> dict:
 
 
 # ---- the pool ------------------------------------------------------------------------------------------------
-def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: str = "runs") -> list[dict]:
-    """Make every task done, ``workers`` runs side by side (spawned processes, one torch thread each; 1: in this
-    process), in the given order; a tqdm bar weighted by the estimated seconds (so its ETA is meaningful). Returns
-    the records (status done/failed) in completion order."""
+def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: str = "runs", pack: int = 1) -> list[dict]:
+    """Make every task done, ``workers`` packs of up to ``pack`` runs side by side (``packed``; spawned processes,
+    one torch thread each; 1 worker: in this process), in the given order; a tqdm bar weighted by the estimated
+    seconds (so its ETA is meaningful). Returns the records (status done/failed) in completion order."""
     from tqdm import tqdm
     pending = [t for t in todo if status(t) != "done"]
     if not pending:
@@ -331,30 +394,38 @@ def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: st
                pending)), unit="s", desc=f"{desc}: {len(pending)} runs to train", disable=quiet or not
                sys.stderr.isatty(), file=sys.stderr)
     out = []
+    work = packed(pending, pack)
+    if not quiet and len(work) < len(pending):
+        sizes = [len(w) for w in work]
+        bar.write(f"{desc}: {len(pending)} runs in {len(work)} packs (largest {max(sizes)}; "
+                  f"{sizes.count(1)} alone)", file=sys.stderr)
 
-    def done(task, rec):
-        out.append(rec)
-        bar.update(round(task["est"]))
-        if rec["status"] == "failed":
-            bar.write(f"failed: {rec['path']}: {rec.get('error')}", file=sys.stderr)
+    def done(tasks, recs):
+        for task, rec in zip(tasks, recs):
+            out.append(rec)
+            bar.update(round(task["est"]))
+            if rec["status"] == "failed":
+                bar.write(f"failed: {rec['path']}: {rec.get('error')}", file=sys.stderr)
     try:
-        if workers <= 1 or len(pending) == 1:
-            for t in pending:
-                done(t, ensure(t))
+        if workers <= 1 or len(work) == 1:
+            for w in work:
+                done(w, ensure_pack(w))
         else:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor, as_completed
             ctx = multiprocessing.get_context("spawn")
+            counter = ctx.Value("i", 0)                # each worker takes the next GPU (one per GPU where present)
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(_out_root(),)) as pool:
-                futures = {pool.submit(ensure, t): t for t in pending}
+                                     initargs=(_out_root(), counter)) as pool:
+                futures = {pool.submit(ensure_pack, w): w for w in work}
                 try:
                     for f in as_completed(futures):
-                        t = futures[f]
+                        w = futures[f]
                         try:
-                            done(t, f.result())
+                            done(w, f.result())
                         except Exception as e:          # noqa: BLE001  (the worker process died)
-                            done(t, {"path": t["path"], "status": "failed", "error": f"{type(e).__name__}: {e}"})
+                            done(w, [{"path": t["path"], "status": "failed", "error": f"{type(e).__name__}: {e}"}
+                                     for t in w])
                 except KeyboardInterrupt:
                     pool.shutdown(cancel_futures=True)
                     raise
@@ -368,7 +439,14 @@ def _out_root() -> str:
     return str(common._ARGS["out"])
 
 
-def _init_worker(out: str) -> None:
+def _init_worker(out: str, counter=None) -> None:
+    """A pool worker: one torch thread, the driver's output root, and on a machine with GPUs the next one of them
+    as its default device (a run with device "cuda" trains there)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from paper_figures import common
     common._ARGS["out"] = Path(out)
+    import torch
+    if counter is not None and torch.cuda.is_available():
+        with counter.get_lock():
+            i, counter.value = counter.value, counter.value + 1
+        torch.cuda.set_device(i % torch.cuda.device_count())

@@ -291,3 +291,50 @@ def test_committed_results_are_read_from_the_repository_whatever_out_says(tmp_pa
     assert data is not None and data["table"], "committed() followed --out instead of the repository"
     assert C.committed_dir(name, "quick") == C.OUT / name
     assert C.committed("no_such_script", "mnist") is None
+
+
+def test_packed_pool_equals_one_run_at_a_time(tmp_path):
+    """--pack: the pool trains runs of one model together (trainers/pack.py); every cache entry ends with the
+    metrics and weights the run alone gives."""
+    items = [({**TINY, "dtype": "float64", "client_parallel": "vmap"}, s, "") for s in range(3)]
+    packed_tasks = R.tasks(items, "quick", out_root=tmp_path / "packed")
+    assert [len(p) for p in R.packed(packed_tasks, 2)] == [2, 1]
+    assert sorted(r["status"] for r in R.train_pool(packed_tasks, workers=1, quiet=True, pack=3)) == ["done"] * 3
+    alone_tasks = R.tasks(items, "quick", out_root=tmp_path / "alone")
+    R.train_pool(alone_tasks, workers=1, quiet=True, pack=1)
+    for a, b in zip(packed_tasks, alone_tasks):
+        ra, rb = R.result({"path": a["path"], "status": "done"}), R.result({"path": b["path"], "status": "done"})
+        assert [r["test_acc"] for r in ra["rows"]] == [r["test_acc"] for r in rb["rows"]]
+        wa, wb = (torch.load(Path(t["path"]) / "run" / "ckpt" / "last.pt", weights_only=True)["global"]
+                  for t in (a, b))
+        assert all(torch.allclose(wa[k], wb[k], rtol=1e-12, atol=0) for k in wb)
+
+
+def test_full_tier_plans_without_data_and_trains_on_cifar_files(tmp_path, monkeypatch, capsys):
+    """--tier full --plan needs no data and prints GPU-hours naming the card; the full tier trains end to end on
+    official-format CIFAR-10 files (a tiny generated copy; the model and rounds shrunk so the CPU can run it)."""
+    from paper_figures import tier as T
+    from tests.test_data import write_cifar10
+    assert T.main(["--tier", "full", "--plan", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "GPU-hours" in out and R.CARD in out and "of 240 runs done" in out
+    write_cifar10(tmp_path / "cifar" / "cifar-10-batches-py", np.random.default_rng(0), n=40)
+    monkeypatch.setitem(C.TIERS, "full", {**C.TIERS["full"], "model": "cnn", "rounds": 2, "clients": 4,
+                                          "active_ratio": 0.5, "local_epochs": 1, "batch_size": 20,
+                                          "eval_train_samples": 40})
+    assert T.main(["--tier", "full", "--data-dir", str(tmp_path / "cifar"), "--seeds", "1", "--workers", "1",
+                   "--only", "fedsmoo_table2", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "4 of 4 runs done" in capsys.readouterr().out
+
+
+def test_readme_shows_the_current_full_tier_plan(capsys, tmp_path):
+    """The README's `--tier full --plan` block is what the command prints now (it changes with the scripts' run
+    lists and the measured per-round cost)."""
+    import re
+
+    from paper_figures import tier as T
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"\$ python -m paper_figures.tier --tier full --plan\n(.*?)\n```", readme, re.S)
+    assert m, "README: no `--tier full --plan` block"
+    assert T.main(["--tier", "full", "--plan", "--out", str(tmp_path)]) == 0        # an empty cache
+    assert capsys.readouterr().out.strip() == m.group(1).strip()

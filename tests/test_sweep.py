@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedlab_analysis import sweep
+import torch
+
+from fedlab_analysis import checkpoint, sweep
 from fedlab_analysis.config import RunConfig
 
 TINY = dict(dataset="digits", model="logreg", clients=4, active_ratio=0.5, rounds=2, local_steps=2, batch_size=16,
@@ -269,6 +271,9 @@ def test_local_backend_puts_each_run_on_its_workers_gpu(tmp_path, monkeypatch):
     busy, log, lock = {}, [], threading.Lock()
 
     def fake_run_one(task):
+        if "pack" in task:                           # a pack: its runs on one GPU, one pack per GPU at a time
+            assert len({t["config"]["device"] for t in task["pack"]}) == 1
+            return [fake_run_one(t) for t in task["pack"]]
         dev = task["config"]["device"]
         with lock:
             assert not busy.get(dev), f"two runs at once on {dev}"
@@ -285,6 +290,9 @@ def test_local_backend_puts_each_run_on_its_workers_gpu(tmp_path, monkeypatch):
     df = sweep.run(spec, out=tmp_path / "g", gpus="all", quiet=True)
     assert (df["status"] == "done").all() and len(log) == 6
     assert {d for _, d in log} == {"cuda:0", "cuda:1"}
+    log.clear()
+    df = sweep.run(spec, out=tmp_path / "off", gpus="all", quiet=True, pack="off")     # one run per worker
+    assert (df["status"] == "done").all() and {d for _, d in log} == {"cuda:0", "cuda:1"}
     log.clear()
     df = sweep.run({"base": {**TINY, "device": "cpu"}, "grid": {"seed": [7, 8]}}, out=tmp_path / "c", gpus="0",
                    quiet=True)
@@ -315,3 +323,18 @@ def test_a_probe_line_the_probe_refuses_is_refused_before_training(line, says):
     with pytest.raises(UserError, match=re.escape(says)):
         sweep.parse_probes([line], "s.yaml")
     assert sweep.parse_probes(["stability --rounds 1 --pairs 2"], "s.yaml")           # a good line passes
+
+
+def test_packed_sweep_equals_unpacked(tmp_path, capsys):
+    """--pack auto trains the grid's runs in packs (one per worker) and says so; every run's directory holds the
+    same metrics and weights as with --pack off."""
+    spec = {"base": {**TINY, "dtype": "float64", "client_parallel": "vmap"}, "grid": {"seed": [0, 1, 2], "lr": [0.05, 0.1]}}
+    a = sweep.run(spec, out=tmp_path / "a", workers=1)
+    assert "sweep: 6 runs to train: 1 pack(s) of 6 runs trained together" in capsys.readouterr().err
+    b = sweep.run(spec, out=tmp_path / "b", workers=1, pack="off")
+    assert (a["status"] == "done").all() and (b["status"] == "done").all()
+    for pa, pb in zip(a["path"], b["path"]):
+        wa, wb = (checkpoint.load(Path(p) / "ckpt" / "last.pt")["global"] for p in (pa, pb))
+        assert all(torch.allclose(wa[k], wb[k], rtol=1e-12, atol=0) for k in wb)
+    with pytest.raises(sweep.UserError, match="--pack"):
+        sweep.run(spec, out=tmp_path / "c", pack="yes")

@@ -32,6 +32,7 @@ DATASETS = {
     "fmnist": load_fmnist,
     "svhn": load_svhn,
 }
+SEEDED = {"synthetic", "gaussian"}                  # the loaders that draw their data from ``seed``
 
 
 def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **options) -> Dataset:
@@ -55,6 +56,7 @@ def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **option
 
 __all__ = [
     "DATASETS",
+    "SEEDED",
     "MEAN_STD",
     "PARTITIONS",
     "Dataset",

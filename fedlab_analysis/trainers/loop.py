@@ -109,7 +109,8 @@ def _log_scalars(tb, row: dict) -> None:
 
 
 def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = False, callbacks=(),
-          dataset=None, init: dict | None = None, run: Run | None = None, overwrite: bool = False) -> Run:
+          dataset=None, init: dict | None = None, run: Run | None = None, overwrite: bool = False,
+          batcher=None) -> Run:
     """Run ``cfg.rounds`` rounds; with ``out``: config.json, metrics.jsonl, ckpt/round_XXXX.pt, ckpt/last.pt.
     ``dataset``: a Dataset (e.g. ``Dataset.from_tensors``) instead of ``cfg.dataset``; ``init``: start weights
     as a state dict (name -> tensor) instead of the seeded initialisation (``cfg.init`` is its file form).
@@ -117,7 +118,8 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     run would; only what ``--resume`` lets change may differ. ``run.advance(k)`` is the short form.
     ``out`` is locked while this runs; a non-empty ``out`` is refused unless resumed, continued or ``overwrite``
     (which clears it). Non-finite parameters or loss raise ``Diverged`` at that round (``cfg.on_divergence ==
-    'stop'``) after marking it in metrics.jsonl; last.pt keeps the last finite checkpoint."""
+    'stop'``) after marking it in metrics.jsonl; last.pt keeps the last finite checkpoint. ``batcher``: the run
+    is one of a pack (trainers/pack.py), whose gradient calls it joins; its own progress bar is off."""
     out = rundir.check_dir(out) if out is not None else None
     prior = None
     if run is not None:
@@ -138,6 +140,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     if run is None:
         run = Run(cfg, dataset=dataset, init=False if prior is not None else init)   # validates before any write
     run.trainer = train                              # Run.advance continues with this loop (engine.py cannot import it)
+    run.batcher = batcher
     tb_writer = _tensorboard(cfg, out)              # a missing tensorboard is refused before any write
     run.callbacks.extend(cb for cb in callbacks if cb not in run.callbacks)
     if prior is not None:
@@ -162,7 +165,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
         if tb_writer is not None:                    # a continued run drops the events of rounds it will redo
             tb = tb_writer(log_dir=str(out / "tb"), purge_step=run.t + 1 if run.t else None)
     run.out = out
-    show = not cfg.quiet and sys.stderr.isatty()
+    show = not cfg.quiet and run.batcher is None and sys.stderr.isatty()     # a pack shows one bar of its own
     from tqdm import tqdm                         # tqdm.auto would warn in Jupyter without ipywidgets
     bar = tqdm(total=cfg.rounds, initial=run.t, desc=cfg.algo, disable=not show, unit="round")
     row = prior["metrics"] if prior else getattr(run, "last_row", None)
