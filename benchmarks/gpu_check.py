@@ -109,6 +109,13 @@ class Step:
         return self
 
 
+def parse_many(step) -> str:
+    """many_runs.py's per-step row: runs, clients in the gathered call, ms per step packed / alone / floor, ratio."""
+    row = [l for l in step.output.splitlines() if l.startswith("| quick | ")][-1].strip("| ").split(" | ")
+    return (f"{row[1]} runs, {row[2]} clients a call: {row[3]} ms a step packed, {row[4]} alone, floor {row[5]}; "
+            f"{row[6]}")
+
+
 def last_line(text: str) -> str:
     lines = [s for s in text.strip().splitlines() if s.strip()]
     return lines[-1][:300] if lines else ""
@@ -291,6 +298,9 @@ def plan(smoke: bool, work: Path) -> list[Step]:
         Step("round_speed" + net + ": SAM family loop, vmap",
              ["benchmarks/round_speed.py", *speed, "--algos", ",".join(a for a in ALGOS if a != "fedavg"),
               "--modes", "loop,vmap", "--no-reference"], t or 100, parse_speed),
+        Step("many runs: 5 QUICK seeds packed vs alone, per local step (in process)",
+             ["benchmarks/many_runs.py", "--device", device, "--in-process", "--settings", "quick", "--seeds",
+              "2" if smoke else "5", "--no-write"], t or 60, parse_many),
         Step("compile at lower precision (not goals)" + net,       # last: the TF32/bf16 rows are reported, not goals
              ["benchmarks/round_speed.py", *speed, "--algos", "fedavg", "--modes", "vmap" if smoke else "compile",
               "--precision", "bf16" if smoke else "tf32,bf16", "--no-reference"], t or 10 ** 6, parse_speed),

@@ -3,6 +3,7 @@ as separate processes (``train --seed S`` each, all started at once), on the sam
 
     python benchmarks/many_runs.py                      # both CPU settings, 5 seeds, 2 repeats, into RESULTS.md
     python benchmarks/many_runs.py --settings quick --repeats 3 --no-write
+    python benchmarks/many_runs.py --device cuda --in-process --settings mnist    # a GPU (gpu_check.sh runs it)
 
 Settings:
   quick   the QUICK tier's digits MLP (paper_figures.common.QUICK_BASE: 20 clients, 50% active, batch 20, 2 local
@@ -91,13 +92,15 @@ def wall(setting: str, n: int, repeats: int) -> list[tuple]:
     return rows
 
 
-def per_step(setting: str, n: int, rounds: int = 3) -> tuple:
+def per_step(setting: str, n: int, rounds: int = 3, device: str = "cpu") -> tuple:
     """ms per local step of all n runs: packed, the same runs alone (in this process), and the bmm floor."""
     from fedlab_analysis.config import RunConfig
     from fedlab_analysis.trainers import pack
     from fedlab_analysis.trainers.engine import Run
     torch.set_num_threads(1)
-    base = RunConfig(**{**SETTINGS[setting], "rounds": rounds, "ckpt_every": 0, "client_parallel": "vmap"})
+    base = RunConfig(**{**SETTINGS[setting], "rounds": rounds, "ckpt_every": 0, "client_parallel": "vmap",
+                        "device": device})
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     cfgs = [dataclasses.replace(base, seed=s) for s in range(n)]
     data = pack.shared_data(cfgs)
     # steps: a run's local steps over its rounds (each round as long as its longest client), averaged over the runs
@@ -109,22 +112,26 @@ def per_step(setting: str, n: int, rounds: int = 3) -> tuple:
             steps += int(ctx.K.max())
             shapes.append((ctx.n, int(ctx.K.max())))
     steps /= n
+    sync()
     t0 = time.perf_counter()
     pack.train_pack([pack.Job(c) for c in cfgs])
+    sync()
     packed = time.perf_counter() - t0
     from fedlab_analysis.trainers.loop import train
     t0 = time.perf_counter()
     for i, c in enumerate(cfgs):
         train(c, dataset=data[i])
+    sync()
     alone = time.perf_counter() - t0
     # floor: the products of every step, as plain bmm (forward + backward of each active client's MLP)
     widths = [runs[0].X[0].numel(), *SETTINGS[setting]["model_kwargs"]["widths"], runs[0].ds.n_classes]
     B = base.batch_size
     clients = sum(nc for nc, _ in shapes) / len(shapes) * n
     N = max(1, round(clients))
-    Ws = [torch.randn(N, a, b) * 0.01 for a, b in zip(widths, widths[1:])]
-    x0 = torch.randn(N, B, widths[0])
-    y = torch.randint(0, widths[-1], (N, B))
+    dev = runs[0].device
+    Ws = [torch.randn(N, a, b, device=dev) * 0.01 for a, b in zip(widths, widths[1:])]
+    x0 = torch.randn(N, B, widths[0], device=dev)
+    y = torch.randint(0, widths[-1], (N, B), device=dev)
 
     def step():
         acts, h = [x0], x0
@@ -134,7 +141,7 @@ def per_step(setting: str, n: int, rounds: int = 3) -> tuple:
                 h = h.clamp_min(0)
             acts.append(h)
         g = torch.softmax(h, -1)
-        g[torch.arange(N)[:, None], torch.arange(B), y] -= 1
+        g[torch.arange(N, device=dev)[:, None], torch.arange(B, device=dev), y] -= 1
         for i in range(len(Ws) - 1, -1, -1):
             torch.bmm(acts[i].transpose(1, 2), g)
             if i:
@@ -142,9 +149,11 @@ def per_step(setting: str, n: int, rounds: int = 3) -> tuple:
     for _ in range(3):
         step()
     reps = 50
+    sync()
     t0 = time.perf_counter()
     for _ in range(reps):
         step()
+    sync()
     floor = (time.perf_counter() - t0) / reps
     # evaluation and the round's host work are in packed/alone too: the per-step figures include them
     return setting, n, N, 1e3 * packed / steps, 1e3 * alone / steps, 1e3 * floor, alone / packed
@@ -156,19 +165,21 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for the in-process table on a GPU")
+    ap.add_argument("--in-process", action="store_true", help="only the per-step table (no separate processes)")
     args = ap.parse_args(argv)
     settings = args.settings.split(",")
     head = (f"# {args.seeds} seeds; torch {torch.__version__}, {platform.machine()}, "
             f"{len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f} at the start")
     t1 = ["| setting | cores | runs | separate processes (s) | packed (s) | throughput ratio |", "|---|---|---|---|---|---|"]
-    for s in settings:
+    for s in settings if not args.in_process else ():
         for r in wall(s, args.seeds, args.repeats):
             t1.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.2f}x |")
             print(t1[-1], flush=True)
     t2 = ["| setting | runs | active clients in the gathered call | packed ms / step | alone ms / step (same process) "
           "| floor ms / step (bmm) | in-process ratio |", "|---|---|---|---|---|---|---|"]
     for s in settings:
-        r = per_step(s, args.seeds)
+        r = per_step(s, args.seeds, device=args.device)
         t2.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:.2f} | {r[6]:.2f}x |")
         print(t2[-1], flush=True)
     gpu = ["| GPU row | result |", "|---|---|",
@@ -176,12 +187,14 @@ def main(argv=None):
            "(no GPU lent to this session) |",
            "| Fashion-MNIST GroupNorm CNN, s / round | not measured |",
            "| CIFAR-10 ResNet-18-GN, 100 clients, 10%: s / round alone and packed | not measured |"]
-    block = "\n".join([head, "", *t1, "", *t2, "", *gpu])
+    gpu = gpu if args.device == "cpu" else []
+    block = "\n".join([head, "", *(t1 if not args.in_process else []), "", *t2, "", *gpu])
     print(block)
     if not args.no_write:
         path = Path(__file__).resolve().parent / "RESULTS.md"
         text = path.read_text()
-        title = f"{SECTION} (CPU: packed seeds against separate processes, same cores)"
+        title = (f"{SECTION} (CPU: packed seeds against separate processes, same cores)" if args.device == "cpu"
+                 else f"{SECTION} ({args.device}: packed seeds against the same runs alone, in process)")
         new = f"{title}\n\n{block}\n"
         pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
         text = pat.sub(lambda _: new + "\n", text) if pat.search(text) else text.rstrip("\n") + "\n\n" + new

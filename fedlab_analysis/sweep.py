@@ -252,18 +252,7 @@ def run_one(task: dict) -> dict | list[dict]:
     """Train one run (resuming from its last checkpoint if one is there), run its probes, and record the outcome
     in RUN/done.json or RUN/failed.json. Never raises: a failure is a record, so the sweep goes on. A pack task
     (``{"pack": [task, ...]}``: ``packs``) trains its runs together (trainers/pack.py) and returns their records."""
-    if "pack" in task:
-        return run_pack(task["pack"])
-    path, t0 = Path(task["path"]), time.perf_counter()
-    if (path / "done.json").exists():
-        return {**task, "status": "done"}
-    try:
-        from .trainers.loop import train
-        with _threads(task) as (cfg, resume, hooks):
-            run = train(cfg, path, resume=resume, overwrite=not resume, callbacks=hooks)
-            return _finish(task, run, t0)
-    except Exception as e:                    # noqa: BLE001  (any failure of one run is recorded, not fatal)
-        return failed(task, e, time.perf_counter() - t0)
+    return run_pack(task["pack"]) if "pack" in task else run_pack([task])[0]
 
 
 @contextlib.contextmanager

@@ -105,6 +105,7 @@ def test_smoke_run_end_to_end(tmp_path):
     text = (tmp_path / "gpu_check.md").read_text()
     assert r.returncode == 0, text
     rows = [s for s in text.splitlines() if s.startswith("| ") and not s.startswith("| step")]
-    assert len(rows) == 11 and all(" | ok | " in s for s in rows[:10])
+    assert len(rows) == 12 and all(" | ok | " in s for s in rows[:11])
     assert "last.pt" in rows[2] and "eigenvalues" in rows[3] and "fedsmoo" in rows[5] and "fedsmoo" in rows[8]
-    assert "fedavg: s/round compile" in rows[6] and "reference" in rows[7] and "fedavg (bf16): s/round vmap" in rows[9]
+    assert "fedavg: s/round compile" in rows[6] and "reference" in rows[7] and "ms a step packed" in rows[9]
+    assert "fedavg (bf16): s/round vmap" in rows[10]

@@ -157,3 +157,21 @@ def test_the_gathered_calls_are_what_the_runs_take(monkeypatch):
         outs = train_pack([Job(c) for c in cfgs])
         assert same_run(outs[0].run, train(cfgs[0])) > 1e-6, kind
         monkeypatch.setitem(pack.CALLS, kind, calls[kind])
+
+
+def test_large_rows_are_computed_one_request_at_a_time(monkeypatch):
+    """Above CPU_GATHER floats a pack's requests are not concatenated (on a CPU the copies cost more than the call
+    saves); each is computed alone, with the same numbers."""
+    from fedlab_analysis.trainers import pack
+    seen, vgrad = [], pack._grads
+    monkeypatch.setattr(pack, "CPU_GATHER", 0)
+
+    def spy(reqs):
+        seen.append(len(reqs))
+        return vgrad(reqs)
+    monkeypatch.setattr(pack, "_grads", spy)
+    monkeypatch.setitem(pack.CALLS, "grad", spy)
+    cfgs = [cfg(seed=s, algo="fedsam") for s in range(2)]
+    outs = train_pack([Job(c) for c in cfgs])
+    assert max(seen) == 2 and 1 in seen                # the gathered call split into calls of one request
+    assert all(same_run(o.run, train(c)) <= 1e-12 for o, c in zip(outs, cfgs))

@@ -72,10 +72,10 @@ def packable(cfg: RunConfig) -> bool:
 
 
 class Batcher:
-    """The rendezvous of a pack's gradient requests. The runs take turns, one thread running at a time (no two
-    threads compete for the interpreter): in member order, each runs until its next gradient request, then hands
-    the turn on. The last member of a cycle computes every waiting request (grouped by batch shape) in one vmapped
-    call each, and the next cycle begins with the first member. ``leave`` takes a run out (ended, diverged or failed).
+    """The rendezvous of a pack's requests (gradients, evaluations). The runs take turns, one thread running at a
+    time (no two threads compete for the interpreter): in member order, each runs until its next request, then
+    hands the turn on. The last member of a cycle computes every waiting request (grouped by kind and shape) in one
+    vmapped call each, and the next cycle begins with the first member. ``leave`` takes a run out (ended, diverged or failed).
     """
 
     def __init__(self, n: int):
@@ -158,9 +158,17 @@ class Member:
         return self.batcher.request(self.r, ("eval", run, X, Y, theta, bs))
 
 
+# On a CPU a gathered call pays only while its [N, P] inputs stay small: beyond this many floats, copying the
+# runs' rows into one tensor and back costs more than the calls it saves (MNIST's MLP, P = 199,210: 0.6x as fast,
+# benchmarks/many_runs.py), and each request is computed on its own (still in turn, with the same numbers).
+CPU_GATHER = 2 ** 20
+
+
 def _grads(reqs: list[tuple]) -> list[torch.Tensor]:
     """One vmapped gradient call over every request's clients; each request's rows back."""
     run = reqs[0][0]                                 # every run of a pack has the same model function (pack_key)
+    if len(reqs) > 1 and run.device.type == "cpu" and sum(q[1].numel() for q in reqs) > CPU_GATHER:
+        return [g for q in reqs for g in _grads([q])]
     cat = lambda i: reqs[0][i] if len(reqs) == 1 else torch.cat([q[i] for q in reqs])     # noqa: E731
     with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.precision == "bf16"):
         g = run._vgrad(run.space.unflatten(cat(1)), cat(2), cat(3), None if reqs[0][4] is None else cat(4))
