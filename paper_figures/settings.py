@@ -28,6 +28,7 @@ from fedlab_analysis import algos
 from fedlab_analysis.config import RunConfig
 from paper_figures import common as C
 from paper_figures import verdict as V
+from paper_figures.tier import ORDER
 
 OUT = C.OUT / "settings"
 TIER = "mnist"
@@ -221,9 +222,9 @@ PAPERS = {
         Knob("ri_agg", "aggregation with RI", "Alg. 1, line 16", "final_avg", code="delta_from_init",
              code_note="the released code adds the mean update from each relaxed start (`--ri-agg "
                        "delta_from_init`)" + FROM_CODE),
-        Knob("ri_anchor", "centre of FedDyn's correction with RI", "Sec. 3.2 (only the start point changes)",
-             "global", code="start",
-             code_note="the released code centres it at the relaxed start (`--ri-anchor start`)" + FROM_CODE),
+        Knob("ri_anchor", "centre of FedDyn's correction with RI", "Sec. 5.2, Table 6 (FedDyn +RI)", None,
+             "the paper does not say where FedDyn's correction is centred with RI; the tier's default is the global "
+             "model w^t, the released code's the relaxed start (`--ri-anchor start`)" + FROM_CODE, code="start"),
     ),
     "fedals": (
         Knob("dataset", "data set", "Table 2", CIFAR, SCALE + "; the paper's Table 1 also trains on MNIST"),
@@ -244,40 +245,35 @@ PAPERS = {
     ),
 }
 
-SCRIPTS = {   # script: (paper, the knobs its figure or table sets otherwise)
-    "fedsmoo_table2": ("fedsmoo", (Knob("partition", "partition", "Table 2", ("Dirichlet 0.6", "Dirichlet 0.1")),)),
-    "fedsmoo_fig3_surface": ("fedsmoo", (Knob("partition", "partition", "", None, "Fig. 3 states none; the tier "
-                                              "uses Dirichlet 0.1, the split of its other surface"),)),
-    "fedsmoo_table8_ablation": ("fedsmoo", (Knob("partition", "partition", "", None, "Table 8 states none (the "
-                                                 "wall-clock study beside it, App. B.6, is on Pathological-3); the "
-                                                 "tier uses Dirichlet 0.1 to share its runs"),)),
-    "fedlesam_fig2_drift": ("fedlesam", (Knob("partition", "partition", "Fig. 2", "Dirichlet 0.1"),)),
-    "fedlesam_fig3_surface": ("fedlesam", (Knob("partition", "partition", "Fig. 3", "Dirichlet 0.1"),)),
-    "fedlesam_fig4_rho": ("fedlesam", (
+OWN = {   # script: the knobs its figure or table sets otherwise than its paper's protocol
+    "fedsmoo_table2": (Knob("partition", "partition", "Table 2", ("Dirichlet 0.6", "Dirichlet 0.1")),),
+    "fedsmoo_fig3_surface": (Knob("partition", "partition", "", None, "Fig. 3 states none; the tier uses Dirichlet "
+                                  "0.1, the split of its other surface"),),
+    "fedsmoo_table8_ablation": (Knob("partition", "partition", "", None, "Table 8 states none (the wall-clock study "
+                                     "beside it, App. B.6, is on Pathological-3); the tier uses Dirichlet 0.1 to "
+                                     "share its runs"),),
+    "fedlesam_fig2_drift": (Knob("partition", "partition", "Fig. 2", "Dirichlet 0.1"),),
+    "fedlesam_fig3_surface": (Knob("partition", "partition", "Fig. 3", "Dirichlet 0.1"),),
+    "fedlesam_fig4_rho": (
         Knob("partition", "partition", "", None, "Fig. 4 states none; the tier uses Dirichlet 0.1"),
         Knob("rho", "perturbation magnitude rho", "Sec. 6.1", {"fedlesam-s": 0.1},
              "Fig. 4 sweeps rho; Sec. 6.1's 0.1 is the grid's rho/eta_l = 1 point"),
         Knob("rho_over_lr", "rho / eta_l grid", "Fig. 4; Sec. 6.3", None,
              "Fig. 4's values from scratch are not given in the text; Sec. 6.3 states the range 10^-2 to 10^2 for "
-             "pre-trained models and advises about 0.1 from scratch"))),
-    "fedcm_table3_alpha": ("fedcm", (Knob("alpha", "FedCM alpha grid", "Sec. 6.3; Table 3",
-                                          {"fedcm": (0.01, 0.03, 0.05, 0.1, 0.3, 1.0)}, TRIM),)),
-    "fedcm_fedadam_oscillation": ("fedcm", ()),
-    "fedcm_dispersion": ("fedcm", ()),
-    "fedinit_table6": ("fedinit", (Knob("partition", "partition", "Table 6 (the 10%-100 Dirichlet-0.1 column)",
-                                        "Dirichlet 0.1"),)),
-    "fedinit_fig2_consensus": ("fedinit", (Knob("split", "partition and population", "Fig. 2",
-                                                "Dirichlet 0.6, 100 clients at 10% (a); Dirichlet 0.1, 200 clients "
-                                                "at 5% (b)", "panel (b)'s split at panel (a)'s population: neither "
-                                                "panel's setting"),)),
-    "fedinit_fig1_sensitivity": ("fedinit", (Knob("partition", "partition", "", None,
-                                                  "Fig. 1 states none; the tier uses Dirichlet 0.1"),)),
-    "fedals_table2": ("fedals", (Knob("alpha", "FedALS alpha grid", "Table 2", {"fedals": (1, 5, 10, 25, 50, 100)},
-                                      TRIM),)),
-    "fedals_fig1_consensus": ("fedals", (
+             "pre-trained models and advises about 0.1 from scratch")),
+    "fedcm_table3_alpha": (Knob("alpha", "FedCM alpha grid", "Sec. 6.3; Table 3",
+                                {"fedcm": (0.01, 0.03, 0.05, 0.1, 0.3, 1.0)}, TRIM),),
+    "fedinit_table6": (Knob("partition", "partition", "Table 6 (the 10%-100 Dirichlet-0.1 column)", "Dirichlet 0.1"),),
+    "fedinit_fig2_consensus": (Knob("split", "partition and population", "Fig. 2",
+                                    "Dirichlet 0.6, 100 clients at 10% (a); Dirichlet 0.1, 200 clients at 5% (b)",
+                                    "panel (b)'s split at panel (a)'s population: neither panel's setting"),),
+    "fedinit_fig1_sensitivity": (Knob("partition", "partition", "", None,
+                                      "Fig. 1 states none; the tier uses Dirichlet 0.1"),),
+    "fedals_table2": (Knob("alpha", "FedALS alpha grid", "Table 2", {"fedals": (1, 5, 10, 25, 50, 100)}, TRIM),),
+    "fedals_fig1_consensus": (
         Knob("dataset", "data set", "Fig. 1", CIFAR, SCALE),
         Knob("partition", "partition", "Sec. 1; Fig. 1 (2 classes per client)", "label-sorted, 5 clients"),
-        Knob("local_work", "local steps tau (FedAvg)", "Sec. 1", "50 steps"))),
+        Knob("local_work", "local steps tau (FedAvg)", "Sec. 1", "50 steps")),
 }
 
 
@@ -289,9 +285,9 @@ def configs(script: str) -> list[RunConfig]:
 
 
 def knobs(script: str) -> list[Knob]:
-    paper, own = SCRIPTS[script]
-    mine = {k.key: k for k in own}
-    out = [mine.pop(k.key, k) for k in PAPERS[paper]]
+    """The paper's protocol (PAPERS, by the script's name: ``<paper>_<figure>``), with the script's own knobs (OWN)."""
+    mine = {k.key: k for k in OWN.get(script, ())}
+    out = [mine.pop(k.key, k) for k in PAPERS[script.split("_")[0]]]
     return out + list(mine.values())
 
 
@@ -423,7 +419,7 @@ def horizon_marked() -> list[dict]:
     whether the claim is about the trained model (``Claim.at_convergence``: the rule bites) or about the course of
     training. Read from the committed data.json files; no verdict is changed."""
     out = []
-    for s in SCRIPTS:
+    for s in ORDER:
         if horizon_ok(s) is not False:
             continue
         for r in _committed(s)["table"]:
@@ -510,7 +506,7 @@ def render_index() -> str:
              "a \"differs\" mark is run at the paper's setting; the scripts' verdicts stand for the tier's setting.",
              "", "| script | same | differs | not stated | code forms (paper only / both) | horizon |",
              "|---|---|---|---|---|---|"]
-    for s in SCRIPTS:
+    for s in ORDER:
         rs = rows(s)
         n = lambda m: sum(r["mark"].split(":")[0] == m for r in rs)     # noqa: E731
         hz = {True: "as the paper's", False: SHORT, None: "not stated"}[horizon_ok(s)]
@@ -544,7 +540,7 @@ def render_controls() -> str:
 
 def outputs() -> dict:
     """{file name under OUT: text} of every generated file."""
-    out = {f"{s}.md": render(s) for s in SCRIPTS}
+    out = {f"{s}.md": render(s) for s in ORDER}
     out["README.md"] = render_index()
     out["controls.md"] = render_controls()
     return out
@@ -580,7 +576,7 @@ def main(argv=None) -> int:
         OUT.mkdir(parents=True, exist_ok=True)
         for name, text in outputs().items():
             write_text(OUT / name, text)
-        print(f"wrote {len(SCRIPTS) + 2} files under {OUT.relative_to(C.OUT.parents[1])}")
+        print(f"wrote {len(ORDER) + 2} files under {OUT.relative_to(C.OUT.parents[1])}")
         return 0
     return run(argv)
 
