@@ -1,0 +1,93 @@
+"""The settings tables (paper_figures/settings.py): generated from the tier's code, committed under
+paper_figures/out/settings/, and stale the moment a tier config value changes without regenerating them."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from paper_figures import common as C
+from paper_figures import settings as S
+from paper_figures.tier import ORDER
+
+FIX = "run `python -m paper_figures.settings`"
+
+
+def test_committed_tables_are_current():
+    bad = S.stale()
+    assert not bad, f"stale settings tables {bad}: {FIX}"
+
+
+def test_a_tier_config_change_makes_the_committed_tables_stale(monkeypatch):
+    monkeypatch.setitem(C.MNIST_BASE, "lr", 0.05)               # the tier's lr changed, the tables not regenerated
+    bad = S.stale()
+    assert "paper_figures/out/settings/fedsmoo_table2.md" in bad, bad
+    assert "paper_figures/out/settings/fedals_table2.md" not in bad     # FedALS sets its own lr
+    lr = next(r for r in S.rows("fedsmoo_table2") if r["knob"] == "local learning rate eta_l")
+    assert (lr["paper"], lr["ours"], lr["mark"]) == ("0.1", "0.05", "differs")
+
+
+def test_an_edited_or_missing_committed_table_is_stale(tmp_path):
+    copy = tmp_path / "settings"
+    shutil.copytree(S.OUT, copy)
+    assert S.stale(copy) == []
+    p = copy / "fedcm_table3_alpha.md"
+    p.write_text(p.read_text().replace("| 4000 |", "| 300 |"))
+    assert S.stale(copy) == [str(p)]
+    (copy / "controls.md").unlink()
+    assert S.stale(copy) == [str(p), str(copy / "controls.md")]
+
+
+def test_the_check_command(capsys):
+    assert S.main(["--check"]) == 0
+    assert "current" in capsys.readouterr().out
+
+
+def test_every_script_of_the_tier_has_a_table_and_every_difference_a_reason():
+    assert set(S.OWN) <= set(ORDER) and {s.split("_")[0] for s in ORDER} <= set(S.PAPERS)
+    for s in ORDER:
+        assert (S.OUT / f"{s}.md").exists(), s
+        rows = S.rows(s)
+        assert {r["mark"].split(":")[0] for r in rows} <= {"same", "differs", "not stated", "paper form only",
+                                                            "both forms"}
+        for r in rows:
+            if r["mark"] != "same":
+                assert r["why"], (s, r)
+
+
+def test_the_decay_and_code_forms_are_read_from_the_runs():
+    rows = {r["knob"]: r for r in S.rows("fedsmoo_table2")}
+    assert rows["learning-rate decay per round (fedsmoo)"]["mark"] == "differs"        # 0.9995 in the paper
+    assert rows["learning-rate decay per round (fedsam)"]["mark"] == "same"
+    assert rows["server perturbation s"]["mark"] == "paper form only"
+    t6 = {r["knob"]: r["mark"] for r in S.rows("fedinit_table6")}
+    assert t6["aggregation with RI (fedavg +RI (delta_from_init), feddyn +RI (delta_from_init))"] == "both forms"
+
+
+def test_horizon_rule(monkeypatch):
+    assert S._lr_last(0.1, 0.998, 300) == pytest.approx(0.1 * 0.998 ** 299)
+    assert [S.horizon_ok(s) for s in ("fedcm_table3_alpha", "fedcm_fedadam_oscillation", "fedcm_dispersion")] == \
+        [False] * 3
+    assert S.horizon_ok("fedsmoo_table2") is True and S.horizon_ok("fedinit_table6") is True
+    assert S.horizon_ok("fedals_table2") is None                  # FedALS states no schedule
+    p, o, ok = S.horizon("fedcm_table3_alpha")["fedcm"]
+    assert o / p > 1000 and not ok
+    monkeypatch.setitem(C.MNIST_BASE, "rounds", 4000)             # the paper's horizon: within the factor
+    assert S.horizon_ok("fedcm_table3_alpha") is True
+
+
+def test_controls_agree_with_the_scripts_own_rows():
+    """FedInit's RI control is Table 6's own row, recomputed from the committed per-seed numbers."""
+    t6 = json.loads((C.OUT / "mnist" / "fedinit_table6" / "data.json").read_text())
+    own = next(r for r in t6["table"] if r["row"] == "fedavg +RI (Alg. 1) minus fedavg")
+    ri = next(r for r in S.controls() if r["row"] == "FedAvg +RI (ri) minus FedAvg")
+    assert ri["mean"] == pytest.approx(100 * own["mean"], abs=1e-9)
+    assert (ri["lo"], ri["hi"]) == pytest.approx((100 * own["interval"][0], 100 * own["interval"][1]), abs=1e-9)
+
+
+def test_the_rows_the_horizon_rule_marks_are_the_fedcm_scripts_judged_rows():
+    marked = S.horizon_marked()
+    assert {r["script"] for r in marked} == {"fedcm_table3_alpha", "fedcm_fedadam_oscillation", "fedcm_dispersion"}
+    assert all(r["verdict"] != "not measured" for r in marked)
+    assert {r["row"] for r in marked if r["trained model"]} >= {"alpha = 0.1 better than alpha = 1 (FedAvg)"}
