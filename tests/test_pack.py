@@ -159,19 +159,23 @@ def test_the_gathered_calls_are_what_the_runs_take(monkeypatch):
         monkeypatch.setitem(pack.CALLS, kind, calls[kind])
 
 
-def test_large_rows_are_computed_one_request_at_a_time(monkeypatch):
-    """Above CPU_GATHER floats a pack's requests are not concatenated (on a CPU the copies cost more than the call
-    saves); each is computed alone, with the same numbers."""
+def test_large_rows_train_one_run_after_the_other(monkeypatch):
+    """Above CPU_GATHER floats a pack's runs do not meet at each step (on a CPU the copies and the switching cost
+    more than the call saves): each keeps the turn and trains on alone, with the same numbers."""
     from fedlab_analysis.trainers import pack
-    seen, vgrad = [], pack._grads
+    seen, calls = [], dict(pack.CALLS)
     monkeypatch.setattr(pack, "CPU_GATHER", 0)
 
-    def spy(reqs):
-        seen.append(len(reqs))
-        return vgrad(reqs)
-    monkeypatch.setattr(pack, "_grads", spy)
-    monkeypatch.setitem(pack.CALLS, "grad", spy)
+    def spy(kind):
+        def call(reqs):
+            seen.append((kind, len(reqs), reqs[0][0].cfg.seed))
+            return calls[kind](reqs)
+        return call
+    for kind in calls:
+        monkeypatch.setitem(pack.CALLS, kind, spy(kind))
     cfgs = [cfg(seed=s, algo="fedsam") for s in range(2)]
     outs = train_pack([Job(c) for c in cfgs])
-    assert max(seen) == 2 and 1 in seen                # the gathered call split into calls of one request
+    assert {n for _, n, _ in seen} == {1}                  # no gathered call
+    order = [s for _, _, s in seen]
+    assert order == sorted(order)                          # run 0 trained to its end before run 1 began
     assert all(same_run(o.run, train(c)) <= 1e-12 for o, c in zip(outs, cfgs))

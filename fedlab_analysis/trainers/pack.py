@@ -32,6 +32,13 @@ from ..errors import Diverged, UserError
 from .engine import DTYPES, resident
 
 
+# On a CPU a gathered call pays only while the pack's [N, P] rows stay small. Beyond this many floats, copying the
+# runs' rows into one tensor and back, and switching runs at every step (each evicts the other's rows from the
+# caches), cost more than the calls save: MNIST's MLP (P = 199,210, 5 runs) ran at 0.6-0.8x the runs alone
+# (benchmarks/many_runs.py). Such a run keeps the turn and trains on as it would alone (``Batcher.request``).
+CPU_GATHER = 2 ** 20
+
+
 def parse_seeds(tokens: list[str]) -> list[int]:
     """--seeds: integers and inclusive ranges ("0 1 2", "0-4", "0-2 7"), each seed once, in the order given."""
     out = []
@@ -98,8 +105,13 @@ class Batcher:
         self.go[r].clear()
 
     def request(self, r: int, req: tuple):
-        """Member ``r``'s request (kind, run, ...), computed with the pack's other requests; its result."""
+        """Member ``r``'s request (kind, run, ...), computed with the pack's other requests; its result. A run whose
+        gathered rows would not pay (CPU_GATHER) leaves the gathering (``Run.batcher`` None): it keeps the turn and
+        trains on as it would alone."""
         self.runs[r] = req[1]
+        if req[0] == "grad" and req[1].device.type == "cpu" and req[2].numel() * sum(self.alive) > CPU_GATHER:
+            req[1].batcher = None                    # solo: from now on the run computes alone, keeping the turn
+            return CALLS[req[0]]([req[1:]])[0]
         self.pending[r] = req
         self._hand_on(r)
         self.wait(r)
@@ -158,17 +170,9 @@ class Member:
         return self.batcher.request(self.r, ("eval", run, X, Y, theta, bs))
 
 
-# On a CPU a gathered call pays only while its [N, P] inputs stay small: beyond this many floats, copying the
-# runs' rows into one tensor and back costs more than the calls it saves (MNIST's MLP, P = 199,210: 0.6x as fast,
-# benchmarks/many_runs.py), and each request is computed on its own (still in turn, with the same numbers).
-CPU_GATHER = 2 ** 20
-
-
 def _grads(reqs: list[tuple]) -> list[torch.Tensor]:
     """One vmapped gradient call over every request's clients; each request's rows back."""
     run = reqs[0][0]                                 # every run of a pack has the same model function (pack_key)
-    if len(reqs) > 1 and run.device.type == "cpu" and sum(q[1].numel() for q in reqs) > CPU_GATHER:
-        return [g for q in reqs for g in _grads([q])]
     cat = lambda i: reqs[0][i] if len(reqs) == 1 else torch.cat([q[i] for q in reqs])     # noqa: E731
     with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.precision == "bf16"):
         g = run._vgrad(run.space.unflatten(cat(1)), cat(2), cat(3), None if reqs[0][4] is None else cat(4))
@@ -253,9 +257,12 @@ def train_pack(jobs: list[Job], show: bool = False, desc: str = "pack") -> list[
     batcher = Batcher(len(jobs))
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
+    n_threads = torch.get_num_threads()              # the caller's torch threads, also in each run's thread
+
     def work(r: int, job: Job) -> None:
         batcher.wait(r)
         try:
+            torch.set_num_threads(n_threads)
             run = train(job.cfg, job.out, resume=job.resume, callbacks=job.callbacks, dataset=data.get(r),
                         overwrite=job.overwrite, batcher=batcher.member(r))
             outcomes[r] = Outcome("done", run)
