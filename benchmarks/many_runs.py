@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from paper_figures.common import MNIST_BASE, QUICK_BASE  # noqa: E402
 
@@ -171,7 +171,8 @@ def main(argv=None):
     settings = args.settings.split(",")
     head = (f"# {args.seeds} seeds; torch {torch.__version__}, {platform.machine()}, "
             f"{len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f} at the start")
-    t1 = ["| setting | cores | runs | separate processes (s) | packed (s) | throughput ratio |", "|---|---|---|---|---|---|"]
+    t1 = ["| setting | cores | runs | separate processes (s) | packed (s) | throughput ratio |",
+          "|---|---|---|---|---|---|"]
     for s in settings if not args.in_process else ():
         for r in wall(s, args.seeds, args.repeats):
             t1.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.2f}x |")
@@ -191,15 +192,9 @@ def main(argv=None):
     block = "\n".join([head, "", *(t1 if not args.in_process else []), "", *t2, "", *gpu])
     print(block)
     if not args.no_write:
-        path = Path(__file__).resolve().parent / "RESULTS.md"
-        text = path.read_text()
-        title = (f"{SECTION} (CPU: packed seeds against separate processes, same cores)" if args.device == "cpu"
-                 else f"{SECTION} ({args.device}: packed seeds against the same runs alone, in process)")
-        new = f"{title}\n\n{block}\n"
-        pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-        text = pat.sub(lambda _: new + "\n", text) if pat.search(text) else text.rstrip("\n") + "\n\n" + new
-        path.write_text(text)
-        print(f"-> {path}")
+        from results import write_section
+        write_section(f"{SECTION} (CPU: packed seeds against separate processes, same cores)" if args.device == "cpu"
+                      else f"{SECTION} ({args.device}: packed seeds against the same runs alone, in process)", block)
 
 
 if __name__ == "__main__":

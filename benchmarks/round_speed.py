@@ -34,7 +34,6 @@ import gc
 import importlib.util
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -385,16 +384,11 @@ def tf32_restored():
 
 
 def write(head, rows, device):
-    path = Path(__file__).resolve().parent / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    from results import write_section
     models = dict.fromkeys(f"{c[0][2:]} K={c[4].split()[0]}" for c in (r.split(" | ") for r in rows[2:])
                            if not c[0].startswith("| GPU") and c[3].startswith("equal"))
     title = f"{SECTION} ({'CUDA' if device.type == 'cuda' else 'CPU'}: {', '.join(models) or 'papers setting'})"
-    block = f"{title}\n\n{head}\n\n" + "\n".join(rows) + "\n"
-    pat = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pat.sub(lambda _: block + "\n", text) if pat.search(text) else text.rstrip("\n") + "\n\n" + block
-    path.write_text(text)
-    print(f"-> {path}")
+    write_section(title, f"{head}\n\n" + "\n".join(rows))
 
 
 if __name__ == "__main__":
