@@ -13,20 +13,16 @@ layer's squared norm. FULL: ResNet-20 on CIFAR-10 as in the paper. One rule (pap
 log10 of the head's time-averaged CD over the first layer's, > 0 as the paper says; one row per form.
 Comparisons: 3.
 
-    python paper_figures/fedals_fig1_consensus.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedals_fig1_consensus [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
 
 NAME = "fedals_fig1_consensus"
 CLAIM = "FedALS Fig. 1: early layers have a lower consensus distance than later layers and the head"

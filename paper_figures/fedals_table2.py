@@ -14,21 +14,17 @@ steps), alpha in {1, 5, 10, 25, 50}, 3 seeds; parameters sent are counted by the
 the threshold no gain: the best of alpha 25 and 50 not above the best of 5 and 10 by more than 0.5 points ("ceases
 to contribute to performance improvement", an equivalence margin). Comparisons: 2.
 
-    python paper_figures/fedals_table2.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedals_table2 [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
 from fedlab_analysis.trainers.algorithms import fedals_floats
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
-from paper_figures.fedals_table2_comm import PAPER as PAPER_COMM  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
+from paper_figures.fedals_table2_comm import PAPER as PAPER_COMM
 
 NAME = "fedals_table2"
 ALPHAS = (1, 5, 10, 25, 50)

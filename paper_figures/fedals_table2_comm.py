@@ -9,19 +9,16 @@ with T / tau = 2.344e9 / |theta| head synchronisations (FedAvg's entry fixes T).
 in a second: it is also the figure the tests regenerate and compare with the committed JSON. An exact check
 (paper_figures/verdict.py); comparisons: 1.
 
-    python paper_figures/fedals_table2_comm.py
+    python -m paper_figures.fedals_table2_comm
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from fedlab_analysis.models import build_model
 from fedlab_analysis.params import ParamSpace
 from fedlab_analysis.plots import figure
 from fedlab_analysis.trainers.algorithms import fedals_floats
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
 
 NAME = "fedals_table2_comm"
 PAPER = {1: 2.344e9, 5: 0.473e9, 10: 0.239e9, 25: 0.099e9, 50: 0.052e9, 100: 0.029e9}   # Table 2, last column

@@ -16,19 +16,17 @@ the dispersion (1/n) sum_i ||x_i - mean_j x_j||^2 of the final local models, div
 slope over alpha <= 0.4, per seed; with each client's own K_i (local epochs, as trained) and with every client
 taking K = 8 steps (the analysis's setting). Comparisons: 2.
 
-    python paper_figures/fedcm_dispersion.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedcm_dispersion [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
-from paper_figures import fedcm_table3_alpha as T3                      # noqa: E402
+from paper_figures import common as C
+from paper_figures import fedcm_table3_alpha as T3
+from paper_figures import verdict as V
 
 NAME = "fedcm_dispersion"
 GRID = (0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)

@@ -8,19 +8,15 @@ Measured on the QUICK base at Dirichlet 0.6, 3 seeds, FedAdam (server lr 0.1, be
 FedCM (alpha 0.1) and FedAvg: the back-and-forth of the test-accuracy curve over the last half of training
 (``fedcm_table3_alpha.wobble``), FedAdam against FedCM seed by seed (paper_figures/verdict.py). Comparisons: 1.
 
-    python paper_figures/fedcm_fedadam_oscillation.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedcm_fedadam_oscillation [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
-from paper_figures.fedcm_table3_alpha import wobble                     # noqa: E402
+from paper_figures import common as C
+from paper_figures import verdict as V
+from paper_figures.fedcm_table3_alpha import wobble
 
 NAME = "fedcm_fedadam_oscillation"
 ALGOS = {"fedadam": ("FedAdam", {}), "fedcm": ("FedCM (alpha 0.1)", {"alpha": 0.1}), "fedavg": ("FedAvg", {})}

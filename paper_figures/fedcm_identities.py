@@ -12,16 +12,12 @@ from the same seed: the largest absolute difference of their global models after
 bit). Both are exact checks (paper_figures/verdict.py): reproduced when the error is below 1e-12, else violated.
 Comparisons: 2.
 
-    python paper_figures/fedcm_identities.py [--seeds 3]
+    python -m paper_figures.fedcm_identities [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import verdict as V
 
 NAME = "fedcm_identities"
 ROUNDS, ALPHA, TOL = 5, 0.1, 1e-12     # an exact identity: checked on the QUICK network in every tier

@@ -12,18 +12,14 @@ by more than 0.5 points (a tie counts for 0.1); the oscillation as the back-and-
 last half of training (mean |round-to-round change| minus the net change per round, so a curve that only climbs
 has none), alpha = 0.01 against 0.1. One rule (paper_figures/verdict.py); comparisons: 5 + 2 + 1 + 1 = 9.
 
-    python paper_figures/fedcm_table3_alpha.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedcm_table3_alpha [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import verdict as V
 
 NAME = "fedcm_table3_alpha"
 ALPHAS = (0.01, 0.03, 0.05, 0.1, 0.3, 1.0)

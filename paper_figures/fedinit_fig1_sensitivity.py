@@ -13,19 +13,15 @@ loses at most 2 points to beta = 0 ("stable within its valid range", an equivale
 falls below beta = 0 ("diverge quickly"); a run that went non-finite makes its row "diverged", with the count.
 Comparisons: 1 + 3 + 3 = 7.
 
-    python paper_figures/fedinit_fig1_sensitivity.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedinit_fig1_sensitivity [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
 
 NAME = "fedinit_fig1_sensitivity"
 # the FedInit QUICK setting shared by the FedInit scripts: FedAvg reaches ~0.95 test accuracy here

@@ -13,21 +13,17 @@ measured from the RI start (delta_from_init). Late = the second half of training
 (paper_figures/verdict.py), seed-paired: beta = 0.1 lowers the late divergence and gains "at least 2%" (reproduced:
 half of it, 1 point; less is "direction only"); beta = -0.1 raises it. Comparisons: 2 aggregations x 3 = 6.
 
-    python paper_figures/fedinit_fig2_consensus.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedinit_fig2_consensus [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.plots import figure
 from fedlab_analysis.probes import consensus
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
-from paper_figures.fedinit_fig1_sensitivity import DEFS  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
+from paper_figures.fedinit_fig1_sensitivity import DEFS
 
 NAME = "fedinit_fig2_consensus"
 BETAS = (-0.2, -0.1, 0.0, 0.1, 0.3)

@@ -18,21 +18,17 @@ and the authors' released code, which produced Table 6 (the server step w^t + me
 relaxed start: ``--ri-agg delta_from_init``; FedDyn's dual term centred on the relaxed start: ``--ri-anchor start``).
 The two coincide under full participation and differ under the 10% participation of Table 6. Comparisons: 12.
 
-    python paper_figures/fedinit_table6.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedinit_table6 [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.algos import ANCHORED
 from fedlab_analysis.plots import figure
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
-from paper_figures.fedinit_fig1_sensitivity import DEFS, late_acc  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
+from paper_figures.fedinit_fig1_sensitivity import DEFS, late_acc
 
 NAME = "fedinit_table6"
 # Table 6, 10%-100 Dir-0.1 column: (vanilla, +RI); RI helps the first four, not FedDyn and FedCM

@@ -13,18 +13,14 @@ the client memory as 1 (the model) + the per-client state the algorithm keeps (f
 Counts do not depend on the seed; 3 seeds confirm it. Each cell is an exact check (reproduced or violated);
 comparisons: 8 methods x 3 columns = 24.
 
-    python paper_figures/fedlesam_cost.py [--seeds 3]
+    python -m paper_figures.fedlesam_cost [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import verdict as V
 
 NAME = "fedlesam_cost"
 # Table 7: (stored memory, communication, backpropagation) multipliers of FedAvg's

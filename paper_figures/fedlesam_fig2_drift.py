@@ -16,20 +16,16 @@ loss (paper_figures/flatness.py). "Much smaller" is read as at most half the oth
 "could not achieve satisfactory global flatness" compared to FedAvg: FedSAM at most 10% flatter than FedAvg (an
 equivalence margin: a FedSAM clearly flatter than that is "opposite"). Comparisons: 4 x 4 + 3 = 19.
 
-    python paper_figures/fedlesam_fig2_drift.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedlesam_fig2_drift [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import flatness as FL                                # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
-from paper_figures.hooks import SHARP_RHO                               # noqa: E402  (one radius, every tier)
+from paper_figures import common as C
+from paper_figures import flatness as FL
+from paper_figures import verdict as V
+from paper_figures.hooks import SHARP_RHO  # noqa: E402  (one radius, every tier)
 
 NAME = "fedlesam_fig2_drift"
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",

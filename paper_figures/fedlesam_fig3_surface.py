@@ -11,16 +11,12 @@ the global sharpness"), FedSMOO much flatter than FedAvg, FedSAM and FedGAMMA no
 (at most 10% flatter: an equivalence margin, so they can come out opposite). rho as Sec. 6.1 / App. E.1 state it:
 0.01 for FedSAM, 0.1 for FedGAMMA, FedSMOO and FedLESAM-D. Comparisons: 7 claims x 3 measures = 21.
 
-    python paper_figures/fedlesam_fig3_surface.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedlesam_fig3_surface [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures.fedsmoo_fig3_surface import surfaces, tier_algos, tier_overrides   # noqa: E402
+from paper_figures import common as C
+from paper_figures.fedsmoo_fig3_surface import surfaces, tier_algos, tier_overrides
 
 NAME = "fedlesam_fig3_surface"
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "fedgamma": "FedGAMMA", "fedsmoo": "FedSMOO",

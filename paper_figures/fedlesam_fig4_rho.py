@@ -14,18 +14,14 @@ FedAvg" is tested at rho/eta_l = 0.01, 0.1 and 1 and the two larger ratios are r
 "best about 0.1": no other ratio better than 0.1 by more than 0.5 points (ties count as 0.1 being best).
 Comparisons: 3 + 2 + 1 = 6.
 
-    python paper_figures/fedlesam_fig4_rho.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedlesam_fig4_rho [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import verdict as V
 
 NAME = "fedlesam_fig4_rho"
 RATIOS = (0.01, 0.1, 1.0, 10.0, 100.0)            # rho / eta_l

@@ -12,20 +12,18 @@ adaptive sharpness and at matched training loss (paper_figures/flatness.py). Com
 flatter, flatter by adaptive sharpness, flatter at matched fit) = 12. The panels show seed 0 on one colour scale.
 :func:`surfaces` is shared with the FedLESAM Fig. 3 script.
 
-    python paper_figures/fedsmoo_fig3_surface.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedsmoo_fig3_surface [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import flatness as FL                                # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import flatness as FL
+from paper_figures import verdict as V
 
 NAME = "fedsmoo_fig3_surface"
 ALGOS = {"fedavg": "FedAvg", "scaffold": "SCAFFOLD", "mofedsam": "MoFedSAM", "fedsmoo": "FedSMOO"}

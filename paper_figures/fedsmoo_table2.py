@@ -16,20 +16,18 @@ one rule of paper_figures/verdict.py (95% t interval over seeds). Because curvat
 eigenvalue is also compared at matched training loss and flatness by adaptive sharpness (paper_figures/flatness.py);
 each has its own row. Comparisons: 6 (Table 2) + 4 (matched fit, adaptive) + 4 (sharper at Dir-0.1) = 14.
 
-    python paper_figures/fedsmoo_table2.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedsmoo_table2 [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import flatness as FL                                # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import flatness as FL
+from paper_figures import verdict as V
 
 NAME = "fedsmoo_table2"
 ALPHAS = (0.6, 0.1)

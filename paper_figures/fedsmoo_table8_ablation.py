@@ -10,18 +10,14 @@ client), 3 seeds; each step's verdict is the seed-paired accuracy gain under the
 paper_figures/verdict.py, with the paper's gain as its size (reproduced: the mean gain reaches half of it; a
 smaller gain of the right sign is "direction only"). Comparisons: 3.
 
-    python paper_figures/fedsmoo_table8_ablation.py [--full --data-dir DIR] [--seeds 3]
+    python -m paper_figures.fedsmoo_table8_ablation [--full --data-dir DIR] [--seeds 3]
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paper_figures import common as C                                   # noqa: E402
-from paper_figures import verdict as V                                  # noqa: E402
+from paper_figures import common as C
+from paper_figures import verdict as V
 
 NAME = "fedsmoo_table8_ablation"
 ROWS = {"fedavg": ("FedAvg", 74.08), "feddyn": ("+ dynamic regularisation (FedDyn)", 77.63),

@@ -35,7 +35,8 @@ PKG = Path(__file__).resolve().parents[1] / "fedlab_analysis"
 # the files whose code determines a run's numbers (training_source_hash)
 TRAINING_SOURCES = ("trainers/*.py", "models.py", "params.py", "algos.py", "data/*.py")
 RUNGS = (0.3, 0.1, 0.03, 0.01, 0.003)        # matched-fit ladder of train losses
-from paper_figures.hooks import SHARP_RHO    # noqa: E402,F401  (the one radius of the sharpness hooks)
+from paper_figures.hooks import SHARP_RHO  # noqa: E402,F401  (the one radius of the sharpness hooks)
+
 HOOKS = {                                     # tag -> "module:function(seed) -> [hooks]"
     "mnist": "paper_figures.hooks:mnist_hooks",
     "consensus-every-step": "paper_figures.fedals_fig1_consensus:hooks",
@@ -382,7 +383,8 @@ def result(rec: dict) -> dict:
 
 
 # ---- the pool ------------------------------------------------------------------------------------------------
-def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: str = "runs", pack: int = 1) -> list[dict]:
+def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: str = "runs",
+               pack: int = 1) -> list[dict]:
     """Make every task done, ``workers`` packs of up to ``pack`` runs side by side (``packed``; spawned processes,
     one torch thread each; 1 worker: in this process), in the given order; a tqdm bar weighted by the estimated
     seconds (so its ETA is meaningful). Returns the records (status done/failed) in completion order."""

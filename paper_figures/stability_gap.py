@@ -15,12 +15,10 @@ The models meet the accuracy bar (test accuracy of each base run is on the figur
 every beta > 0, per pair; the pairs are the repetitions (a 95% t interval over the 6 pairs, the one rule of
 paper_figures/verdict.py). Comparisons: 1.
 
-    python paper_figures/stability_gap.py            # about 40 s of CPU (1 thread)
+    python -m paper_figures.stability_gap            # about 40 s of CPU (1 thread)
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 import time
 
 import numpy as np
@@ -28,9 +26,8 @@ import numpy as np
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.plots import figure
 from fedlab_analysis.studies.stability import make_hook, uniform_stability
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # `python paper_figures/x.py` from the root
-from paper_figures import common  # noqa: E402
-from paper_figures import verdict as V  # noqa: E402
+from paper_figures import common
+from paper_figures import verdict as V
 
 # ---- settings --------------------------------------------------------------------------------------------------
 BETAS = [0.0, 0.1, 0.3, 0.6]          # 0 = FedAvg; FedInit's code default is 0.1

@@ -5,7 +5,8 @@ Each script that trains exposes ``run_list(tier, seeds) -> [(overrides, seed, ta
 runs two scripts share (the same resolved config and tag is one run), and trains the rest through the resumable
 pool of ``--workers``, each training packs of up to ``--pack`` runs together (paper_figures.runs; a GPU where one
 is present). ``--plan`` prints the run table and the estimated time (the full tier: GPU-hours from a measured
-round, naming the card) and trains nothing; it needs no data. Scripts not in ORDER check identities, counts or toy models and train no tier runs (TOY).
+round, naming the card) and trains nothing; it needs no data. Scripts not in ORDER check identities, counts or toy
+models and train no tier runs (TOY).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def plan_table(tasks: list[dict], per: dict, workers: int, tier: str = "mnist") 
     gpu = tier == "full"
     unit = "GPU-hours (new)" if gpu else "est. minutes (new, 1 thread)"
     first, lines = set(), [f"| script | runs | new | shared with earlier | rounds (new) | {unit} | "
-                           f"done after (h, {workers} {'GPUs' if gpu else 'workers'}) |", "|---|---|---|---|---|---|---|"]
+                           f"done after (h, {workers} {'GPUs' if gpu else 'workers'}) |",
+                           "|---|---|---|---|---|---|---|"]
     est, rounds, cum = {t["path"]: t["est"] for t in tasks}, {t["path"]: t["config"]["rounds"] for t in tasks}, 0.0
     scale = 3600 if gpu else 60
     for name, paths in per.items():

@@ -124,3 +124,27 @@ def test_advance_continues_with_the_loop_that_trained_the_run(tiny_cfg):
     with pytest.raises(UserError, match="built directly, not by train"):
         bare.advance(1)
     assert train(tiny_cfg(rounds=2), run=bare).advance(1) is bare and bare.t == 3
+
+
+def sys_path_edits(folder: pathlib.Path) -> list[str]:
+    """Where the folder's .py files change ``sys.path`` (a method call on it, or an assignment): "file:line"."""
+    out = []
+    for f in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                target = node.func.value
+            elif isinstance(node, ast.Assign):
+                target = node.targets[0]
+            else:
+                continue
+            if isinstance(target, ast.Attribute) and target.attr == "path" and getattr(target.value, "id", "") == "sys":
+                out.append(f"{f.relative_to(folder)}:{node.lineno}")
+    return out
+
+
+def test_figure_scripts_run_as_modules_without_sys_path_edits(tmp_path):
+    """paper_figures' scripts import their own package as modules (`python -m paper_figures.NAME`); none edits
+    sys.path. The check sees an edit where there is one."""
+    assert sys_path_edits(ROOT / "paper_figures") == []
+    (tmp_path / "x.py").write_text("import sys\nsys.path.insert(0, '.')\nsys.path = []\n")
+    assert sorted(sys_path_edits(tmp_path)) == ["x.py:2", "x.py:3"]

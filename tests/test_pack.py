@@ -1,5 +1,6 @@
 """Runs as a batch axis (trainers/pack.py): a packed run equals its run alone, float64 to 1e-12, for every algorithm
-of the table and relaxed initialisation; each check is shown to fail when one run's seed or hyper-parameter is swapped."""
+of the table and relaxed initialisation; each check is shown to fail when one run's seed or hyper-parameter is
+swapped."""
 import dataclasses
 import json
 

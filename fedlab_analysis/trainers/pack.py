@@ -82,7 +82,8 @@ class Batcher:
     """The rendezvous of a pack's requests (gradients, evaluations). The runs take turns, one thread running at a
     time (no two threads compete for the interpreter): in member order, each runs until its next request, then
     hands the turn on. The last member of a cycle computes every waiting request (grouped by kind and shape) in one
-    vmapped call each, and the next cycle begins with the first member. ``leave`` takes a run out (ended, diverged or failed).
+    vmapped call each, and the next cycle begins with the first member. ``leave`` takes a run out (ended, diverged
+    or failed).
     """
 
     def __init__(self, n: int):
