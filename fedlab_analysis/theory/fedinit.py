@@ -19,6 +19,7 @@ import torch
 from .claims import (HOLDS, INCONCLUSIVE, OBSERVATION, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, identity,
                      loglog_fit, loglog_slope, regime_text, slack, slope)
 from . import rules
+from .mistakes import Mistake
 from .engine_toys import make_run, trajectory
 from .toys import (
     DT,
@@ -912,62 +913,82 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
     return claims
 
 
-# A perturbation each finding must catch (theory/power.py): its text, and a re-run of the row's check at quick sizes
-# with it switched on. The rows labelled "vacuous at this scale" declare one they do NOT catch.
-_FLIP = "RI offset sign-flipped (start at w + beta (w_{i,K} - w), towards the last local model)"
-_SIGN = "local step sign-flipped (w - eta g -> w + eta g)"
-_TABLE6_SWAPPED = {m: (ri, plain) for m, (plain, ri) in TABLE6.items()}
-_TABLE6_MISPRINT = {**TABLE6, "FedSAM": ((79.32,) + TABLE6["FedSAM"][0][1:], TABLE6["FedSAM"][1])}
-PERTURBATIONS = {
-    "M1-delta-inf": (_FLIP + " in the simulation; the closed form keeps beta",
-                     lambda seed: check_delta_inf(seed=seed, ri_sign=-1.0)),
-    "M1-divergence-beta": (_FLIP + " in the simulation", lambda seed: check_delta_inf(seed=seed, ri_sign=-1.0)),
-    "oscillation": (_FLIP + " in the trainer's run; the recursion keeps beta",
-                    lambda seed: [check_oscillation(seed=seed, ri_sign=-1.0)]),
-    "M3-fixed-point": (_FLIP + " in the trainer's round; the closed form keeps beta",
-                       lambda seed: check_fixed_point_bias(seed=seed, ri_sign=-1.0)),
-    "M3-bias-beta": (_FLIP + " (the flipped algorithm's fixed point)",
-                     lambda seed: check_fixed_point_bias(seed=seed, ri_sign=-1.0)),
-    "beta-threshold": (_SIGN, lambda seed: [check_beta_threshold(seed=seed, local_sign=-1.0)]),
-    "floor-eta2": ("the local lr of the noise runs fixed at 0.005 whatever eta is asked (the eta knob not wired)",
-                   lambda seed: check_floors(seed=seed, R=4, lr_rule=lambda e, k: 0.005)),
-    "floor-K": ("the local lr of the noise runs divided by K/10 (a per-step lr 'normalised' by K)",
-                lambda seed: check_floors(seed=seed, R=4, lr_rule=lambda e, k: e * 10 / k)),
-    "thm1-RI-term": (_SIGN + ": tests the upper side of [0.1, 10] (the row is violated below it unperturbed)",
-                     lambda seed: [check_thm1_ri_term(seed=seed, local_sign=-1.0)]),
-    "L27-touch-prob": ("the runs draw 2 samples per local step while the bound keeps B = 1",
-                       lambda seed: [check_lemma27(seed=seed, sims=5000, B_sim=2)]),
-    "thm12-bound": ("neighbouring data sets differ in 5% of client i*'s samples, not one (broken assumption): "
-                    "NOT caught", lambda seed: check_stability(seed=seed, pairs=8, diff_frac=0.05)),
-    "stab-beta-remark14": ("neighbouring data sets differ in 5% of client i*'s samples: NOT caught (outside the "
-                           "regime at every size)", lambda seed: check_stability(seed=seed, pairs=8, diff_frac=0.05)),
-    "stab-beta-thm15": ("neighbouring data sets differ in 5% of client i*'s samples: NOT caught (outside the "
-                        "regime at every size)", lambda seed: check_stability(seed=seed, pairs=8, diff_frac=0.05)),
-    "EO-EG-split": ("RI offset taken from the global model's last move for every client (server heavy-ball): "
-                    "beta no longer moves the fixed point",
-                    lambda seed: check_excess_risk_split(seed=seed, ri_from="global")),
-    "EG-beta": ("local lr tripled (eta = 0.15): the row is violated unperturbed; 'RI offset sign-flipped' makes it "
-                "hold (tests/test_theory_fedinit.py)", lambda seed: check_excess_risk_split(seed=seed, eta=0.15)),
-    "thm1-value": (_SIGN, lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
-    "thm17-value": (_SIGN, lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
-    "thm4-value": (_SIGN + " (a subtler break is not caught: slack ~ 10^4)",
-                   lambda seed: check_thm1_thm17(seed=seed, T=100, local_sign=-1.0)),
-    "thm6-value": ("interpolation broken (client minimisers spread by 1.0): NOT caught",
-                   lambda seed: check_thm6_thm9(seed=seed, R=4, spread=1.0)),
-    "thm9-value": (_SIGN + " (broken interpolation, spread up to 3, is not caught)",
-                   lambda seed: check_thm6_thm9(seed=seed, R=4, local_sign=-1.0)),
-    "thm19-interp": (_FLIP + ": NOT caught", lambda seed: [check_interpolation_thm19(seed=seed, beta=-0.05)]),
-    "stab-CS": ("neighbouring data sets differ in 10% of client i*'s samples, not one (broken assumption)",
-                lambda seed: check_stability_CS_N(seed=seed, pairs=32, diff_frac=0.1)),
-    "stab-N": ("every N runs with 4 participants (the N knob not wired); the row is violated unperturbed",
-               lambda seed: check_stability_CS_N(seed=seed, pairs=32, N_run=4)),
-    "tables": ("Table 6's FedSAM '-' 10%-100 Dir-0.6 entry misprinted 79.32 (for 79.23)",
-               lambda seed: check_tables(t6=_TABLE6_MISPRINT)),
-    "ri-never-hurts": ("Table 6's '-' and '+RI' columns swapped (a misread table); the row is violated "
-                       "unperturbed, and holds without FedDyn and FedCM (tests/test_theory_fedinit.py)",
-                       lambda seed: check_tables(t6=_TABLE6_SWAPPED)),
-    "table7-ratios": ("FedInit's 10%-100 time misread as 21.38 (one digit off)",
-                      lambda seed: check_ri_overhead({**TABLE7, "10%-100": {**TABLE7["10%-100"],
-                                                                            "FedInit": (21.38, 1.05)}},
-                                                     seed=seed, timing=False)),
+# Power (theory/power.py): each design is a check at quick sizes; each row declares the mistakes it should catch,
+# from theory/mistakes.py's library (rule copies replaced for the call: the simulator's relaxed start and local
+# step) or the switches below (the trainer's run, taken from outside by passing -beta; lr wiring; data; tables).
+_TABLE6_HELD = {m: v for m, v in TABLE6.items() if m not in ("FedDyn", "FedCM")}   # where 'RI never hurts' holds
+
+
+def _tables(t6: dict, swap: bool = False, misprint: bool = False) -> list[Claim]:
+    """Tables 4 and 6 with a reading mistake: the '-' and '+RI' columns swapped, or one entry misread."""
+    if misprint:
+        t6 = {**t6, "FedSAM": ((79.32,) + t6["FedSAM"][0][1:], t6["FedSAM"][1])}
+    return check_tables(t6={m: (ri, plain) for m, (plain, ri) in t6.items()} if swap else t6)
+
+
+MISTAKES = {m.name: m for m in (
+    Mistake("ri-sign-trainer", "relaxed start sign-flipped in the trainer's run (beta -> -beta handed to the "
+            "RelaxedInit part from outside)", switch={"ri_sign": -1.0}),
+    Mistake("lr-unwired", "the local lr fixed at 0.005 whatever eta is asked (the eta knob not wired)",
+            switch={"lr_rule": lambda e, k: 0.005}),
+    Mistake("lr-over-K", "the local lr divided by K/10 (a per-step lr 'normalised' by K)",
+            switch={"lr_rule": lambda e, k: e * 10 / k}),
+    Mistake("batch-x2", "the runs draw 2 samples per local step while the bound keeps B = 1", switch={"B_sim": 2}),
+    Mistake("ri-from-global", "RI offset taken from the global model's last move for every client (a wrong "
+            "anchor: server heavy-ball)", switch={"ri_from": "global"}),
+    Mistake("neighbours-10pct", "the neighbouring data sets differ in 10% of client i*'s samples, not one",
+            switch={"diff_frac": 0.1}),
+    Mistake("N-unwired", "every N runs with 4 participants (the N knob not wired)", switch={"N_run": 4}),
+    Mistake("table6-misprint", "Table 6's FedSAM '-' 10%-100 Dir-0.6 entry misread 79.32 (for 79.23)",
+            switch={"misprint": True}),
+    Mistake("table6-swapped", "Table 6's '-' and '+RI' columns swapped", switch={"swap": True}),
+    Mistake("table7-misread", "FedInit's 10%-100 time misread as 21.38 (one digit off)",
+            switch={"t7": {**TABLE7, "10%-100": {**TABLE7["10%-100"], "FedInit": (21.38, 1.05)}}}),
+)}
+DESIGNS = {
+    "delta_inf": lambda seed, **kw: check_delta_inf(seed=seed, **kw),
+    "oscillation": lambda seed, **kw: [check_oscillation(seed=seed, **kw)],
+    "fixed_point": lambda seed, **kw: check_fixed_point_bias(seed=seed, **kw),
+    "beta_threshold": lambda seed, **kw: [check_beta_threshold(seed=seed, **kw)],
+    "floors": lambda seed, **kw: check_floors(seed=seed, R=4, **kw),
+    "thm19": lambda seed, **kw: [check_interpolation_thm19(seed=seed, **kw)],
+    "thm1_ri": lambda seed, **kw: [check_thm1_ri_term(seed=seed, **kw)],
+    "lemma27": lambda seed, **kw: [check_lemma27(seed=seed, sims=5000, **kw)],
+    "stability": lambda seed, **kw: check_stability(seed=seed, pairs=8, **kw),
+    "split": lambda seed, **kw: check_excess_risk_split(seed=seed, **kw),
+    "thm1_thm17": lambda seed, **kw: check_thm1_thm17(seed=seed, T=100, **kw),
+    "thm6_thm9": lambda seed, **kw: check_thm6_thm9(seed=seed, R=4, **kw),
+    "stab_CS_N": lambda seed, **kw: check_stability_CS_N(seed=seed, pairs=32, **kw),
+    "tables": lambda seed, **kw: _tables(TABLE6, **kw),
+    "tables-held": lambda seed, **kw: _tables(_TABLE6_HELD, **kw),
+    "overhead": lambda seed, t7=TABLE7: check_ri_overhead(t7, seed=seed, timing=False),
+}
+_SIM = ("ri-sign", "ri-x2", "ri-missing", "step-x2", "weight-decay")
+POWER = {
+    "M1-delta-inf": ("delta_inf", _SIM),
+    "M1-divergence-beta": ("delta_inf", _SIM),
+    "oscillation": ("oscillation", ("ri-sign-trainer",)),
+    "M3-fixed-point": ("fixed_point", ("ri-sign-trainer",)),
+    "M3-bias-beta": ("fixed_point", ("ri-sign-trainer",)),
+    "beta-threshold": ("beta_threshold", ("step-x2",)),
+    "floor-eta2": ("floors", _SIM + ("lr-unwired", "lr-over-K")),
+    "floor-K": ("floors", _SIM + ("lr-unwired", "lr-over-K")),
+    "thm19-interp": ("thm19", _SIM),
+    "thm1-RI-term": ("thm1_ri", _SIM),
+    "L27-touch-prob": ("lemma27", ("batch-x2",)),
+    "thm12-bound": ("stability", _SIM + ("neighbours-10pct",)),
+    "stab-beta-remark14": ("stability", _SIM + ("neighbours-10pct",)),
+    "stab-beta-thm15": ("stability", _SIM + ("neighbours-10pct",)),
+    "EO-EG-split": ("split", _SIM + ("ri-from-global",)),
+    "EG-beta": ("split", _SIM + ("ri-from-global",)),
+    "thm1-value": ("thm1_thm17", _SIM),
+    "thm17-value": ("thm1_thm17", _SIM),
+    "thm4-value": ("thm1_thm17", _SIM),
+    "thm6-value": ("thm6_thm9", _SIM),
+    "thm9-value": ("thm6_thm9", _SIM),
+    "stab-CS": ("stab_CS_N", _SIM + ("neighbours-10pct", "N-unwired")),
+    "stab-N": ("stab_CS_N", _SIM + ("neighbours-10pct", "N-unwired")),
+    "tables": ("tables", ("table6-misprint", "table6-swapped")),
+    "ri-never-hurts": ("tables-held", ("table6-misprint", "table6-swapped")),
+    "table7-ratios": ("overhead", ("table7-misread",)),
 }
