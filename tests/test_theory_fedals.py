@@ -162,3 +162,12 @@ def test_thm43_larger_for_non_iid_is_judged_in_standard_errors():
     gap, _ = fedals.check_thm43_tau(T=50, taus=(1, 25), R=40)
     z = gap.details["z_noniid_minus_iid"]
     assert len(z) == 2 and max(z) > 3 and min(z) > -3 and gap.verdict == HOLDS
+
+
+def test_partial_bounds_state_their_grid_over_seeds():
+    cell = lambda h, k, gen: {"het": h, "K_hat": k, "gen": gen, "bound": 1.0, "gen_se": 0.01, "ratio": gen}  # noqa
+    seeds = [[cell(0.0, 1, 0.5), cell(3.0, 1, 2.0), cell(3.0, 2, 1.5)],
+             [cell(0.0, 1, 0.4), cell(3.0, 1, 3.0), cell(3.0, 2, 0.5)]]
+    text = fedals.grid_over_seeds(seeds)
+    assert text.startswith("over 2 seeds: het 0: holds in every seed at K_hat 1")
+    assert "het 3: violated in every seed at K_hat 1 (2.00-3.00x); by seed at K_hat 2 (violated 1/2" in text
