@@ -201,7 +201,7 @@ def check_thm_b1(K=5, n=50, d=5, het=1.0, taus=(5, 50), b=4, eta=0.05, R=400, se
     return _claim("thmB1-bound", "one-round bound with tau local SGD steps holds", "Thm B.1 / Eq. (38)",
                   "E gen <= bound",
                   "; ".join(f"tau {r['tau']}: {r['gen']:.3g} <= {r['bound']:.3g} (eps {r['eps_k']:.2g})"
-                            for r in rows) + "; vacuous at this scale: a sign-flipped local SGD is not caught, "
+                            for r in rows) + "; no power at this scale: a sign-flipped local SGD is not caught, "
                   "the bound grows with the optimisation error eps_k it contains", bound(ratio, 1.0), ratio,
                   slack=slack(ratio, 1.0), kind=VACUOUS, details=
                   {"rows": rows, "K": K, "n": n, "d": d, "het": het, "b": b, "eta": eta, "R": R,
@@ -353,7 +353,7 @@ def check_bound9(K=5, d=5, T=100, b=4, eta=0.05, lam=0.1, hets=(0.0, 2.0, 10.0),
                   "Thm 4.3 / Eq. (9), proof Eq. (57) (Thm B.1 per round)",
                   "round-averaged gap (8) <= Eq. (57) at every heterogeneity and tau",
                   where + f"; worst het {worst['het']:g}, tau {worst['tau']}: gap {worst['gen']:.3g} vs bound "
-                  f"{worst['bound']:.3g} (L/mu {worst['L_over_mu']:.3g}); vacuous at this scale: a sign-flipped "
+                  f"{worst['bound']:.3g} (L/mu {worst['L_over_mu']:.3g}); no power at this scale: a sign-flipped "
                   "local SGD is not caught, the bound grows with the optimisation error eps_k it contains",
                   bound(ratio, 1.0), ratio,
                   {"rows": rows, "K": K, "d": d, "T": T, "b": b, "eta": eta, "lam": lam, "R": R, "where": where,

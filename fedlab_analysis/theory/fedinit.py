@@ -425,7 +425,7 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=24, betas=(0.0, 0.05, 0
     eps = mean over pairs of sup_z |f(w^T;z) - f(w~^T;z)| on a probe pool, per beta, for Algorithm 1's
     aggregation (judged) and the code's (reported). Remark 14 says eps falls with beta; Theorem 15's
     exp(2 sum beta) and the proof's (1 + 2beta) step say it rises. Theorem 12's (8) is evaluated at
-    betas[0]. The three rows have no power at feasible sizes (kind "vacuous at this scale"): (8) is 10^2-10^3
+    betas[0]. The three rows have no power at feasible sizes (theory/power.py labels them): (8) is 10^2-10^3
     times loose, and a constant beta > 0 breaks the balancing step of Remark 14 after a few rounds and
     Theorem 15's assumptions at every size. ``diff_frac`` (a perturbation, a broken assumption): the
     neighbouring data sets differ in that fraction of client i*'s samples instead of one."""
@@ -473,7 +473,7 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=24, betas=(0.0, 0.05, 0
     show = lambda v: ", ".join(f"{b:g}:{x:.3g}" for b, x in zip(betas, v))
     return [_claim("thm12-bound", "uniform stability bound (8) holds", "Thm 12 / Eq. (8)",
                    "eps <= min_t0 [N U K t0/(CS) + 2 sl LG/((1+2b) CSL) (T/t0)^cKL]",
-                   f"eps {e[0]:.3g} vs bound {rhs:.3g} at beta={b0} (vacuous at this scale: eps would have to "
+                   f"eps {e[0]:.3g} vs bound {rhs:.3g} at beta={b0} (no power at this scale: eps would have to "
                    f"grow {rhs / max(float(e[0]), 1e-300):.0f}x, beyond any perturbation of a bounded-loss toy)",
                    bound(float(e[0]), rhs, in_regime),
                    float(e[0]) / rhs, slack=slack(float(e[0]), rhs), kind=VACUOUS,
@@ -482,13 +482,13 @@ def check_stability(C=20, S=40, d=10, K=10, T=100, pairs=24, betas=(0.0, 0.05, 0
             _claim("stab-beta-remark14", "a small positive beta improves stability by (1+2b)^(-1/(1+cKL))",
                    "Thm 12, Remark 14", "eps decreasing in beta",
                    f"Alg. 1: eps {show(e)} ({100 * rel:+.1f}%: {direction}); code agg: "
-                   f"{show(eps['delta_from_init'])} (vacuous at this scale: a constant beta > 0 is outside the "
+                   f"{show(eps['delta_from_init'])} (no power at this scale: a constant beta > 0 is outside the "
                    "regime at every T, so no perturbation can make it 'violated')", OUTSIDE, rel, det, fig,
                    regime=regime_text(r14, False), kind=VACUOUS),
             _claim("stab-beta-thm15", "RI's exp(2 sum beta_t) factor: stability worsens with beta",
                    "Thm 15 / Eq. (9), (1+2beta) recursion", "eps increasing in beta",
                    f"Alg. 1 eps change {100 * rel:+.1f}% from beta={betas[0]} to {betas[-1]} ({direction}, as "
-                   "the factor predicts, but the theorem does not cover this toy; vacuous at this scale: no "
+                   "the factor predicts, but the theorem does not cover this toy; no power at this scale: no "
                    "perturbation can make it 'violated')", OUTSIDE, rel, det, regime=regime_text(r15, False),
                    kind=VACUOUS)]
 
@@ -643,10 +643,9 @@ def check_thm6_thm9(C=10, d=5, K=5, N=5, beta=0.05, zeta_target=0.25, T=300, R=8
     reg = regime_text(cond, inside)
     return [_claim("thm6-value", "interpolation, non-convex form: the bound (5) as a whole", "Thm 6 / Eq. (5)",
                    "mean_t E||grad f(w^t)||^2 <= (D - 2 g b^2 L Delta^T)/(zeta eta K T)",
-                   f"LHS {lhs6:.3g} vs RHS {rhs6:.3g} (zeta {zeta:.3f}; vacuous at this scale: broken algorithms "
-                   "and a broken interpolation assumption still pass, up to T = 20,000)", verdict(lhs6, rhs6),
-                   lhs6 / rhs6, {**det, "lhs": lhs6, "rhs": rhs6}, regime=reg, slack=slack(lhs6, rhs6),
-                   kind=VACUOUS),
+                   f"LHS {lhs6:.3g} vs RHS {rhs6:.3g} (zeta {zeta:.3f}; a broken interpolation assumption still "
+                   "passes, up to T = 20,000)", verdict(lhs6, rhs6),
+                   lhs6 / rhs6, {**det, "lhs": lhs6, "rhs": rhs6}, regime=reg, slack=slack(lhs6, rhs6)),
             _claim("thm9-value", "interpolation + PL: the bound (6) as a whole", "Thm 9 / Eq. (6)",
                    "E[f(w^T) - f*] <= exp(-zeta mu eta K T) D + R_b eta^2 K^2 L D",
                    f"LHS {lhs9:.3g} vs RHS {rhs9:.3g}", verdict(lhs9, rhs9), lhs9 / rhs9,

@@ -609,7 +609,7 @@ def _thm41_claims(prob, beta, rows, ctl_lhs, *, m, n, eig, r0, Ts, fixed_r, out_
             _claim("thm41-rate", "O(1/T) with r ~ 1/sqrt(nT)", "Thm 4.1; Remark 4.2",
                    "log-log slope -1 (95% interval +- 0.15) with r_T = r0/sqrt(nT); a fixed r must not pass",
                    f"slope {k:.3f} [{fit[1]:.3f}, {fit[2]:.3f}] over T={list(Ts)}; fixed r = r_T at "
-                   f"T={Ts[0]}: slope {ctl[0]:.3f}" + ("; vacuous at this scale: the 1/T transient of the first "
+                   f"T={Ts[0]}: slope {ctl[0]:.3f}" + ("; no power at this scale: the 1/T transient of the first "
                                                       "rounds dominates, a fixed r passes too" if blind else ""),
                    INCONCLUSIVE if blind else rate(fit, -1.0, 0.15, reg), k,
                    {**det, "fit_95": fit, "control_fixed_r_fit_95": ctl, "fixed_r": fixed_r}, fig,
@@ -775,7 +775,7 @@ def check_mlp(n=10, T=60, K=10, eta=0.1, beta=10.0, r=0.05, dir_alpha=0.3, width
                    "Thm 4.4 eq. (16); Lemma C.7", "test error at w+s <= margin loss + complexity term",
                    f"FedSMOO: {a['test_err_s']:.3f} <= {a['margin_loss_s']:.3f} + "
                    f"{a['bound'] - a['margin_loss_s']:.3g} (V_L {a['V_L']:.3g}; FedSAM V_L {b['V_L']:.3g})"
-                   + ("; vacuous at this scale: a bound >= 1 on an error rate cannot fail" if vac else ""),
+                   + ("; no power at this scale: a bound >= 1 on an error rate cannot fail" if vac else ""),
                    INCONCLUSIVE if vac else bound(a["test_err_s"], a["bound"]), a["bound"],
                    {**det, "vacuous": vac, "note": "a bound >= 1 on an error rate cannot be falsified"},
                    slack=slack(a["test_err_s"], a["bound"]), kind=VACUOUS if vac else FINDING)]
