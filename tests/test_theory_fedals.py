@@ -4,7 +4,7 @@ import torch
 from torch.func import grad, hessian
 
 from fedlab_analysis.theory import fedals
-from fedlab_analysis.theory.claims import HOLDS, VIOLATED
+from fedlab_analysis.theory.claims import HOLDS, INCONCLUSIVE, VIOLATED
 from fedlab_analysis.theory.toys import DT, make_regression, make_task
 
 
@@ -98,7 +98,7 @@ def test_partial_bound_closed_form():
 
 
 def test_partial_participation_bounds_73_74():
-    b73, b74 = fedals.check_partial_bounds(R=100, hets=(0.0, 1.0), Khats=())
+    b73, b74 = fedals.check_partial_bounds(R=100, hets=(0.0, 1.0), Khats=(3,))
     for c in (b73, b74):
         assert c.verdict == HOLDS and c.slack > 1 and c.regime.startswith("inside")
         iid, het = c.details["rows"]
@@ -110,7 +110,17 @@ def test_partial_bounds_fail_at_high_heterogeneity_inside_their_regime():
     b73, b74 = fedals.check_partial_bounds(R=100, hets=(0.0, 10.0), Khats=(1,))
     for c in (b73, b74):
         assert c.verdict == VIOLATED and c.regime.startswith("inside")     # the bound only asks strong convexity
-        assert "holds at het 0" in c.measured and "violated at het 10" in c.measured
+        assert "het 0: holds at K_hat 1" in c.measured and "het 10: violated at K_hat 1" in c.measured
+
+
+def test_partial_bounds_sweep_the_full_grid_and_judge_cells_with_their_noise():
+    b73, _ = fedals.check_partial_bounds(R=50, hets=(0.0, 3.0), Khats=(1, 2))
+    assert [(r["het"], r["K_hat"]) for r in b73.details["rows"]] == [(0.0, 1), (0.0, 2), (3.0, 1), (3.0, 2)]
+    r = dict(b73.details["rows"][0])
+    r.update(gen=1.0, bound=1.0, gen_se=0.1)                              # at the bound, within 3 SE
+    assert fedals._cell_verdict(r) == INCONCLUSIVE
+    r.update(gen=1.5, ratio=1.5)
+    assert fedals._cell_verdict(r) == VIOLATED and "violated at K_hat 1 (1.50x)" in fedals.grid_text([r])
 
 
 # ---- bound (9) through Eq. (57), and the perturbations the power checks switch on -----------------------------
@@ -152,3 +162,12 @@ def test_thm43_larger_for_non_iid_is_judged_in_standard_errors():
     gap, _ = fedals.check_thm43_tau(T=50, taus=(1, 25), R=40)
     z = gap.details["z_noniid_minus_iid"]
     assert len(z) == 2 and max(z) > 3 and min(z) > -3 and gap.verdict == HOLDS
+
+
+def test_partial_bounds_state_their_grid_over_seeds():
+    cell = lambda h, k, gen: {"het": h, "K_hat": k, "gen": gen, "bound": 1.0, "gen_se": 0.01, "ratio": gen}  # noqa
+    seeds = [[cell(0.0, 1, 0.5), cell(3.0, 1, 2.0), cell(3.0, 2, 1.5)],
+             [cell(0.0, 1, 0.4), cell(3.0, 1, 3.0), cell(3.0, 2, 0.5)]]
+    text = fedals.grid_over_seeds(seeds)
+    assert text.startswith("over 2 seeds: het 0: holds in every seed at K_hat 1")
+    assert "het 3: violated in every seed at K_hat 1 (2.00-3.00x); by seed at K_hat 2 (violated 1/2" in text

@@ -45,12 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = ArgParser(prog="python -m fedlab_analysis.theory", description=__doc__.splitlines()[2])
     ap.add_argument("paper", help=f"one of {', '.join(PAPERS)}, all")
     ap.add_argument("--quick", action="store_true",
-                    help="the same designs with fewer replicates: 2 seeds, fewer draws, no perturbed runs "
-                         "(classroom: all papers in about a minute)")
+                    help="the same designs with fewer replicates: 2 seeds, fewer draws, no mistake runs "
+                         "(kinds are then not measured; classroom: all papers in about a minute)")
     ap.add_argument("--out", default=None, help="report folder (default out/theory/PAPER)")
     ap.add_argument("--seed", type=arg_type(int, lo=0, hi=SEED_MAX), default=0, help="first seed (default 0)")
     ap.add_argument("--no-power", action="store_true",
-                    help="skip the perturbed runs (the 'caught' column stays empty); --quick skips them too")
+                    help="skip the mistake runs (the 'mistakes caught' column says not measured); --quick skips "
+                         "them too")
     ap.add_argument("--seeds", type=arg_type(int, lo=1, hi=10_000), default=None,
                     help="number of seeds for every check (default 5, 2 with --quick; at least 1)")
     args = ap.parse_args(argv)
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)             # the toys are tiny tensors; threads only add contention
-    claims, times = [], {}
+    claims, times, texts = [], {}, {}
     for paper in PAPERS if args.paper == "all" else (args.paper,):
         mod = load(paper)
         if mod is None:
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rows = over_seeds(mod.run, list(range(args.seed, args.seed + n_seeds)), quick=args.quick, out_dir=out)
         claims += power.annotate(rows, mod, seed=args.seed, run=not (args.no_power or args.quick))
+        texts.update({n: m.text for n, m in power.mistake_table(mod).items()})
         claims += untested.rows(paper)
         times[paper] = time.perf_counter() - t0
     print(to_markdown(claims))
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print("time: " + ", ".join(f"{p} {t:.1f}s" for p, t in times.items()))
     title = "Theory checks: " + ("all papers" if args.paper == "all" else TITLES[args.paper])
     title += " (quick)" if args.quick else ""
-    print(f"report: {write_report(claims, out, title)}")
+    print(f"report: {write_report(claims, out, title, mistakes=texts)}")
     return 0
 
 

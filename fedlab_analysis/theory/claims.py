@@ -12,10 +12,10 @@ Each row also carries
   our code, not the paper) or ``observation`` (a comparison the paper does not state as a theorem);
 - ``regime``: whether the toy satisfies the theorem's assumptions, naming the condition;
 - ``slack``: bound / measured for every bound (1 is tight; 100 means the bound is 100x loose);
-- ``perturbation``: for a finding, the broken algorithm, broken assumption or shrunk constant the check must
-  catch (``theory/power.py`` runs it; ``caught`` is whether the perturbed run came out "violated"). A row
-  whose check cannot catch any perturbation at feasible sizes has kind ``vacuous at this scale`` and is
-  counted apart from the findings.
+- ``mistakes``: for a finding, the plausible implementation mistakes it is expected to catch (theory/mistakes.py);
+  ``caught``: those it does catch (theory/power.py measures it; None: not measured). A row that catches none is
+  ``loose at this scale`` (a bound with slack N > 1: "loose by xN") or ``vacuous at this scale``, counted
+  apart from the findings; a finding with an empty measured ``caught`` is refused (``check_kind``).
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE = "holds", "violated", "outside the prove
 MIXED, NOT_CHECKED = "mixed", "not checked"
 VERDICTS = (HOLDS, VIOLATED, OUTSIDE, INCONCLUSIVE, MIXED, NOT_CHECKED)
 FINDING, SANITY, OBSERVATION, VACUOUS = "finding", "sanity check", "observation", "vacuous at this scale"
-KINDS = (FINDING, SANITY, OBSERVATION, VACUOUS)
+LOOSE = "loose at this scale"
+KINDS = (FINDING, SANITY, OBSERVATION, LOOSE, VACUOUS)
 
 
 def regime_text(condition, inside: bool) -> str:
@@ -57,8 +58,9 @@ class Claim:
     seeds: list = field(default_factory=list)         # the seeds this row folds (over_seeds)
     tally: dict = field(default_factory=dict)         # verdict -> number of seeds
     spread: dict = field(default_factory=dict)        # {"value": [min, max], "slack": [min, max]} over seeds
-    perturbation: str = ""                            # what a finding must catch (theory/power.py)
-    caught: bool | None = None                        # the perturbed run came out "violated" (None: not run)
+    mistakes: list = field(default_factory=list)      # the mistakes a finding is expected to catch (mistakes.py)
+    caught: list | None = None                        # those it catches (theory/power.py; None: not measured)
+    power: dict = field(default_factory=dict)         # mistake -> caught / not caught / inherited / diverged
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -69,6 +71,15 @@ class Claim:
             self.regime = regime_text(self.details["regime"], bool(self.details["in_regime"]))
         if self.verdict == OUTSIDE and not self.regime.startswith("outside"):
             self.regime = "outside the proven regime" + (f" ({self.regime})" if self.regime else "")
+        check_kind(self)
+
+    @property
+    def label(self) -> str:
+        """The kind as the table shows it: ``loose by x12 at this scale`` for a loose row."""
+        slack = self.details.get("power_slack", self.slack)
+        if self.kind == LOOSE and slack is not None:
+            return f"loose by x{_g(slack)} at this scale"
+        return self.kind
 
     @property
     def outcome(self) -> str:
@@ -78,6 +89,13 @@ class Claim:
             return self.verdict
         parts = ", ".join(f"{v} {k}/{n}" for v, k in sorted(self.tally.items(), key=lambda kv: -kv[1]))
         return f"{self.verdict} in {n}/{n}" if len(self.tally) == 1 else f"mixed: {parts}"
+
+
+def check_kind(c: "Claim") -> None:
+    """A finding must catch a mistake: refuse one whose measured catches are empty (label it loose or vacuous)."""
+    if c.kind == FINDING and c.caught is not None and not c.caught:
+        raise ValueError(f"{c.paper} / {c.id}: a finding must catch at least one of its declared mistakes "
+                         f"({', '.join(c.mistakes) or 'none declared'}); label it loose or vacuous (theory/power.py)")
 
 
 def identity(err: float, tol: float = 1e-10) -> str:
@@ -112,6 +130,47 @@ def slope(measured: float, expected: float, tol: float, in_regime: bool = True) 
     if not in_regime:
         return OUTSIDE
     return HOLDS if abs(measured - expected) <= tol else VIOLATED
+
+
+# ---------------------------------------------------------------------------------------------------
+# tolerances from noise: every ordering / monotonicity check reads its tolerance here
+# ---------------------------------------------------------------------------------------------------
+Z_NOISE = 3.0            # a difference counts only beyond 3 standard errors
+ROUNDOFF = 1e-9          # relative float64 round-off allowance of a deterministic comparison
+
+
+def noise_tol(se: float = 0.0, scale: float = 0.0) -> float:
+    """The tolerance of an ordering: Z_NOISE standard errors of the compared difference (``se``: from seeds or
+    replicates; 0 for a deterministic run) plus round-off relative to the compared values' ``scale``."""
+    return Z_NOISE * se + ROUNDOFF * abs(scale)
+
+
+def se_of(samples) -> float:
+    """Standard error of the mean of independent replicates (0 for fewer than two)."""
+    import numpy as np
+    x = np.asarray(samples, float).ravel()
+    return float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else 0.0
+
+
+def compare(diff: float, tol: float) -> str:
+    """An ordering ``diff > 0`` judged against its noise tolerance: HOLDS above ``tol``, VIOLATED below
+    ``-tol``, else INCONCLUSIVE."""
+    return judge(diff, tol, -tol)
+
+
+def trend(values, step_tols, total_tol: float) -> str:
+    """``values`` decreasing, judged with noise tolerances: HOLDS when the first-to-last fall exceeds ``total_tol``
+    and no step rises beyond its ``step_tols``; VIOLATED when the first-to-last rise exceeds ``total_tol`` and no
+    step falls beyond its tolerance; else INCONCLUSIVE."""
+    import numpy as np
+    v = np.asarray(values, float)
+    steps = np.diff(v)
+    tols = np.broadcast_to(np.asarray(step_tols, float), steps.shape)
+    if v[0] - v[-1] > total_tol and not (steps > tols).any():
+        return HOLDS
+    if v[-1] - v[0] > total_tol and not (steps < -tols).any():
+        return VIOLATED
+    return INCONCLUSIVE
 
 
 def judge(x: float, good: float, bad: float) -> str:
@@ -185,7 +244,7 @@ def fold(rows: list[Claim]) -> Claim:
                                                 for s, r in zip(seeds, rows)]},
                  first.figure or next((r.figure for r in rows if r.figure), None), first.kind,
                  first.regime if len(regimes) == 1 else "; ".join(sorted(regimes)),
-                 min(slacks) if slacks else None, seeds, tally, spread, first.perturbation, first.caught)
+                 min(slacks) if slacks else None, seeds, tally, spread, first.mistakes, first.caught, first.power)
 
 
 def each_seed(check):
@@ -232,7 +291,7 @@ def over_seeds(run, seeds: list[int], **kw) -> list[Claim]:
 # the table
 # ---------------------------------------------------------------------------------------------------
 COLUMNS = ("paper", "claim", "where", "kind", "expected", "measured", "regime", "slack", "seeds", "verdict",
-           "perturbation it must catch", "caught")
+           "mistakes caught")
 
 
 def _g(x: float | None) -> str:
@@ -256,9 +315,14 @@ def _seeds_cell(c: Claim) -> str:
 
 
 def cells(c: Claim) -> list[str]:
-    return [c.paper, c.claim, c.where, c.kind, c.expected, c.measured, c.regime or "no condition stated",
-            _slack_cell(c), _seeds_cell(c), f"**{c.outcome}**", c.perturbation,
-            "" if c.caught is None else "yes" if c.caught else "**no**"]
+    return [c.paper, c.claim, c.where, c.label, c.expected, c.measured, c.regime or "no condition stated",
+            _slack_cell(c), _seeds_cell(c), f"**{c.outcome}**", _caught_cell(c)]
+
+
+def _caught_cell(c: Claim) -> str:
+    if c.caught is None:
+        return "not measured" if c.mistakes else ""
+    return ", ".join(c.caught) if c.caught else f"**none** of {len(c.mistakes)}"
 
 
 def to_markdown(claims: list[Claim]) -> str:
@@ -275,9 +339,10 @@ def counts(claims: list[Claim]) -> str:
         sub = [c for c in claims if c.kind == kind and c.verdict != NOT_CHECKED]
         if sub:
             per = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(c.verdict == v for c in sub)))
-            out.append(f"{len(sub)} {'rows ' + kind if kind == VACUOUS else kind + 's'}: {per}")
-    if pert := [c for c in claims if c.perturbation and c.caught is not None]:
-        out.append(f"perturbations caught {sum(bool(c.caught) for c in pert)}/{len(pert)}")
+            out.append(f"{len(sub)} {'rows ' + kind if kind in (LOOSE, VACUOUS) else kind + 's'}: {per}")
+    if measured := [c for c in claims if c.caught is not None]:
+        n = sum(len(c.mistakes) for c in measured)
+        out.append(f"mistakes caught {sum(len(c.caught) for c in measured)}/{n} over {len(measured)} rows")
     if n := sum(c.verdict == NOT_CHECKED for c in claims):
         out.append(f"{n} claims not checked (reason in the row)")
     return "; ".join(out)
@@ -286,13 +351,14 @@ def counts(claims: list[Claim]) -> str:
 LEGEND = """Verdicts: **holds** / **violated** in n/n seeds (each seed a fresh toy instance and fresh noise);
 **mixed** when seeds disagree (the split is given); **outside the proven regime** when the toy breaks an
 assumption of the theorem (named in the regime column), so the number is reported but not judged;
-**inconclusive** when the effect is within the noise; **not checked** with the reason. Kinds: a *finding*
-could have come out against the paper; a *sanity check* is true by construction and checks our code; an
-*observation* is a comparison the paper does not state as a theorem; a row *vacuous at this scale* cannot
-catch any perturbation at the sizes we can run (its slack says how loose), so it is counted apart. Slack =
-bound / measured (worst over seeds; 1 is tight). Every finding names the perturbation it must catch (a
-broken algorithm, a broken assumption or a shrunk constant); "caught" says whether that perturbed run, on
-the first seed, came out "violated"."""
+**inconclusive** when the effect is within the noise; **not checked** with the reason. Kinds: a *finding* is a
+check that catches at least one plausible implementation mistake (the power table below; measured on the first
+seed at quick sizes); a row that catches none of its declared mistakes is *loose by xN at this scale* (a bound
+N times above the measured value) or *vacuous at this scale*, counted apart; a *sanity check* is true by
+construction and checks our code; an *observation* is a comparison the paper does not state as a theorem.
+Slack = bound / measured (worst over seeds; 1 is tight). A mistake counts as caught only when the correct
+algorithm's row is not violated on the same design and the broken one's is, on a finite (not diverged) run;
+rescaling the row's own bound is never a mistake."""
 
 
 def _finite(x):
@@ -316,14 +382,39 @@ def read_report(path: str | Path) -> list[Claim]:
             for r in rows]
 
 
-def write_report(claims: list[Claim], out_dir: str | Path, title: str = "Theory checks") -> Path:
+def power_table(claims: list[Claim], texts: dict | None = None) -> str:
+    """One line per row with declared mistakes: each mistake and its outcome; then what each mistake is."""
+    rows = [c for c in claims if c.mistakes]
+    if not rows:
+        return ""
+    md = ["| paper | row | kind | caught | not caught (why) |", "|---|---|---|---|---|"]
+    for c in rows:
+        if not c.power:
+            md.append(f"| {c.paper} | {c.id} | {c.label} | not measured | {', '.join(c.mistakes)} |")
+            continue
+        miss = ", ".join(f"{n} ({o})" for n, o in c.power.items() if o != "caught")
+        md.append(f"| {c.paper} | {c.id} | {c.label} | {', '.join(c.caught or []) or '**none**'} | {miss} |")
+    used = sorted({n for c in rows for n in c.mistakes})
+    if texts:
+        md += ["", "Mistakes:", ""] + [f"- `{n}`: {texts[n]}" for n in used if n in texts]
+    return "\n".join(md) + "\n"
+
+
+def write_report(claims: list[Claim], out_dir: str | Path, title: str = "Theory checks",
+                 mistakes: dict | None = None) -> Path:
+    """report.md (counts, legend, the claim table, the power table, figures) and report.json; ``mistakes``:
+    {name: text} of the mistakes the rows declare."""
+    for c in claims:
+        check_kind(c)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md = [f"# {title}", "", counts(claims), "", LEGEND, "", to_markdown(claims)]
+    if table := power_table(claims, mistakes):
+        md += ["", "## Power: the mistakes each row catches", "", table]
     figs = [c for c in claims if c.figure]
     if figs:
         md += ["", "## Figures", ""] + [f"- {c.paper} / {c.id}: ![{c.id}]({c.figure})" for c in figs]
     (out / "report.md").write_text("\n".join(md) + "\n")
-    rows = [{**asdict(c), "outcome": c.outcome} for c in claims]
+    rows = [{**asdict(c), "outcome": c.outcome, "label": c.label} for c in claims]
     (out / "report.json").write_text(json.dumps(_finite(rows), indent=1, default=float))
     return out / "report.md"

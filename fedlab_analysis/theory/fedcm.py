@@ -19,6 +19,7 @@ import torch
 from .claims import (HOLDS, INCONCLUSIVE, NOT_CHECKED, SANITY, VIOLATED, Claim, bound, identity, judge, loglog_fit,
                      loglog_slope, slack, slope)
 from . import rules
+from .mistakes import Mistake
 from .engine_toys import make_run, trajectory
 from .toys import (DT, HeteroQuadratics, _mv, make_logistic, make_quadratics, no_autograd, participation_mask,
                    save_figure)
@@ -638,36 +639,62 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
     claims += check_speedup_KS(seed=seed, T=T, out_dir=out_dir)
     claims.append(check_participation(seed=seed, Ns=(20, 200) if quick else (10, 50, 100, 500, 1000),
                                       T=T, R=8 if quick else 16, out_dir=out_dir))
+    for c in claims if quick else ():
+        if c.id in QUICK_DESIGN:                     # the row says it is not the full run's design
+            c.measured += f" [quick: another design than the full run: {QUICK_DESIGN[c.id]}]"
+            c.details["quick_design"] = QUICK_DESIGN[c.id]
     return claims
 
 
-PERTURBATIONS = {
-    "B.8-drift": ("the local step ignores alpha (FedAvg steps) while the bound is evaluated at alpha = 0.01 (at the "
-                  "row's alpha = 0.1 the drift rises but stays under the bound: not caught there)",
-                  lambda seed: [check_drift_B8(seed=seed, T=40, alpha=0.01, alpha_run=1.0)]),
-    "B.9-B.11-moments": ("assumption A4 broken: the runs' gradient noise is 100x the sigma the bound is given (the "
-                         "10 G^2 term of B.9 absorbs a 30x noise: not caught there)",
-                         lambda seed: [check_second_moments_B11(seed=seed, T=40, noise_run=100.0)]),
-    "disp-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
-                    lambda seed: check_dispersion(seed=seed, alpha_ignored=True)),
-    "fp-bias-alpha2": ("the local step ignores alpha (plain FedAvg steps for every alpha)",
-                       lambda seed: check_fixed_point_bias(seed=seed, alpha_ignored=True)),
-    "alpha-U-shape": ("Alg. 2 line 8 without the alpha on the gradient (v = g + (1 - alpha) Delta): a small alpha "
-                      "over-steps and alpha = 1 wins",
-                      lambda seed: check_alpha_tradeoff(seed=seed, alpha_grad=False)),
-    "rate-convex": ("every local gradient carries a constant bias of norm 0.3 (unbiased gradients, A4, broken): the "
-                    "error plateaus", lambda seed: [check_convex_rate(seed=seed, Ts=(100, 200, 400), grad_bias=0.3)]),
-    "rate-strongly-convex": ("wrong aggregation weight: the server average weighs client i by i + 1",
-                             lambda seed: [check_strongly_convex_rate(seed=seed, Ts=(100, 200, 400),
-                                                                      client_weight=skewed(10))]),
-    "speedup-noise-floor": ("one gradient-noise draw shared by every client (independence across clients broken): "
-                            "the floor no longer falls with S", lambda seed: check_speedup_KS(seed=seed, T=100,
-                                                                                              shared_noise=True)),
-    "speedup-bound": ("in the control G^2 = 0, where the leading term does give slope -1/2, C1's 2 sigma_l^2 "
-                      "dropped (a mis-transcribed constant; the row itself is violated unperturbed)",
-                      lambda seed: check_speedup_KS(seed=seed, T=100, G2=0.0, drop_noise_term=True)),
-    "participation": ("wrong aggregation weight in FedCM's server average (client i weighted i + 1), at N = 20; the "
-                      "row is violated unperturbed at every N (SCAFFOLD best) and no configuration where FedCM is "
-                      "best was found, so this run shows only that FedCM now loses to FedAvg as well",
-                      lambda seed: [check_participation(seed=seed, Ns=(20,), T=100, client_weight=skewed)]),
+# The rows whose quick design is not the full design with fewer replicates (the full one costs minutes each):
+QUICK_DESIGN = {
+    "B.8-drift": "T = 40 rounds (full: 100)",
+    "B.9-B.11-moments": "T = 40 rounds (full: 100)",
+    "rate-convex": "T in 100-400 (full: 100-3200)",
+    "rate-strongly-convex": "T in 100-400 (full: 100-3200)",
+    "speedup-noise-floor": "T = 100 rounds (full: 300)",
+    "speedup-bound": "T = 100 rounds (full: 300)",
+    "participation": "N in {20, 200}, T = 100 (full: N in {10, 50, 100, 500, 1000}, T = 300)",
+}
+
+
+# Power (theory/power.py): each design is a check at quick sizes; each row declares the mistakes it should catch,
+# from theory/mistakes.py's library (rule copies replaced for the call) or the switches below (the server
+# average's weights and the noise draws have no rule copy).
+MISTAKES = {m.name: m for m in (
+    Mistake("weight-skewed", "wrong aggregation weight: the server average weighs client i by i + 1",
+            switch={"client_weight": skewed(10)}),
+    Mistake("weight-skewed-N", "wrong aggregation weight: the server average weighs client i by i + 1",
+            switch={"client_weight": skewed}),
+    Mistake("shared-noise", "one gradient-noise draw shared by every client (one generator call per step)",
+            switch={"shared_noise": True}),
+    Mistake("alpha-ignored-fp", "FedAvg's fixed point used for every alpha (the derived fixed point of Alg. 2 with "
+            "alpha ignored)", switch={"alpha_ignored": True}),
+    Mistake("grad-bias", "a constant bias of norm 0.3 on every local gradient (a stale term left in)",
+            switch={"grad_bias": 0.3}),
+)}
+DESIGNS = {
+    "drift": lambda seed, **kw: [check_drift_B8(seed=seed, T=40, **kw)],
+    "drift-a0.01": lambda seed, **kw: [check_drift_B8(seed=seed, T=40, alpha=0.01, **kw)],
+    "moments": lambda seed, **kw: [check_second_moments_B11(seed=seed, T=40, **kw)],
+    "dispersion": lambda seed, **kw: check_dispersion(seed=seed, **kw),
+    "fixed_point": lambda seed, **kw: check_fixed_point_bias(seed=seed, **kw),
+    "alpha": lambda seed, **kw: check_alpha_tradeoff(seed=seed, **kw),
+    "convex": lambda seed, **kw: [check_convex_rate(seed=seed, Ts=(100, 200, 400), R=4, **kw)],
+    "strongly": lambda seed, **kw: [check_strongly_convex_rate(seed=seed, Ts=(100, 200, 400), **kw)],
+    "speedup": lambda seed, **kw: check_speedup_KS(seed=seed, T=100, **kw),
+    "participation": lambda seed, **kw: [check_participation(seed=seed, Ns=(20,), T=100, **kw)],
+}
+_CM = ("cm-alpha-missing", "cm-alpha-ignored", "cm-server-K", "step-x2", "weight-decay")
+POWER = {
+    "B.8-drift": ("drift-a0.01", _CM),
+    "B.9-B.11-moments": ("moments", _CM),
+    "disp-alpha2": ("dispersion", _CM),
+    "fp-bias-alpha2": ("fixed_point", _CM + ("alpha-ignored-fp",)),
+    "alpha-U-shape": ("alpha", _CM),
+    "rate-convex": ("convex", _CM + ("grad-bias",)),
+    "rate-strongly-convex": ("strongly", _CM + ("weight-skewed",)),
+    "speedup-noise-floor": ("speedup", _CM + ("shared-noise",)),
+    "speedup-bound": ("speedup", _CM + ("shared-noise",)),
+    "participation": ("participation", _CM + ("weight-skewed-N", "scaffold-sign")),
 }

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from ..linalg import cosine, trust_region_max, unit
-from .claims import (HOLDS, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge, loglog_fit,
-                     loglog_slope, rate, slack)
+from .claims import (HOLDS, INCONCLUSIVE, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge, loglog_fit,
+                     loglog_slope, noise_tol, rate, se_of, slack, trend)
 from . import rules
+from .mistakes import Mistake
 from .engine_toys import make_run
 from .toys import DT, active_masks, make_quadratics, no_autograd, per_run, save_figure
 from .toys_nonconvex import flatness_runs, flatness_text, make_sharp_flat
@@ -43,7 +44,7 @@ def simulate(prob, *, method: str = "fedlesam", T: int = 100, E: int = 10, eta_l
     (1/(2|S|E)) sum_{k,i} ||unit grad F(w_{g,k}) - unit delta_{i,k}||, w_{g,k} the virtual global model) and
     est: (round, client, staleness, cos(delta_i, grad F(w^t))) for every participation with a stored
     w_i^old (delta_i = rho unit(w_i^old - w^t), eq. (3)).
-    Two switches exist only to break the algorithm on purpose (the perturbations of ``PERTURBATIONS``):
+    Two switches exist only to break the algorithm on purpose (mistakes of ``MISTAKES``; theory/power.py):
     ``sign = -1`` flips the perturbation (descent along the estimate / the gradient instead of ascent) and
     ``normalise = False`` drops FedSAM's normalisation (rho g instead of rho g / ||g||)."""
     if method not in ("fedavg", "fedsam", "fedlesam"):
@@ -154,7 +155,7 @@ def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), poin
     (E max >= max E); the gap grows with heterogeneity (spread of the client centres) and with rho. Exact
     inner maxima; w drawn around the minimiser."""
     gen = torch.Generator().manual_seed(seed)
-    gaps = np.zeros((len(spreads), len(rhos)))
+    gaps, per = np.zeros((len(spreads), len(rhos))), np.zeros((len(spreads), len(rhos), points))
     worst = float("inf")
     for a, sp in enumerate(spreads):
         prob = make_quadratics(n, d, shared=False, L=1.0, mu=0.1, spread=sp, seed=seed)
@@ -162,8 +163,19 @@ def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), poin
         for b, rho in enumerate(rhos):
             loc, glo = sam_losses(prob, x, rho, sign)
             worst = min(worst, float((loc - glo).min()))
-            gaps[a, b] = float((loc - glo).mean())
-    mono = bool((np.diff(gaps, axis=0) > 0).all() and (np.diff(gaps, axis=1) > 0).all())
+            per[a, b] = (loc - glo).numpy()
+            gaps[a, b] = float(per[a, b].mean())
+    # increasing in rho (paired: the same points) and in spread (fresh points: unpaired), each step beyond
+    # 3 SE of the points' noise (claims.noise_tol)
+    tol_rho = [[noise_tol(se_of(per[a, b + 1] - per[a, b]), gaps.max()) for b in range(len(rhos) - 1)]
+               for a in range(len(spreads))]
+    tol_sp = [[noise_tol(np.hypot(se_of(per[a, b]), se_of(per[a + 1, b])), gaps.max()) for a in range(len(spreads) - 1)]
+              for b in range(len(rhos))]
+    trends = ([trend(-gaps[a], tol_rho[a], noise_tol(se_of(per[a, -1] - per[a, 0]), gaps.max()))
+               for a in range(len(spreads))]
+              + [trend(-gaps[:, b], tol_sp[b], noise_tol(np.hypot(se_of(per[0, b]), se_of(per[-1, b])), gaps.max()))
+                 for b in range(len(rhos))])
+    mono = HOLDS if all(t == HOLDS for t in trends) else VIOLATED if VIOLATED in trends else INCONCLUSIVE
     fig = save_figure(out_dir, f"{PAPER}_jensen-trend.png",
                       {f"spread {sp}": (rhos, gaps[a]) for a, sp in enumerate(spreads)},
                       xlabel="rho", ylabel="Eq.(2) - Eq.(1)", title="local vs global SAM objective")
@@ -177,7 +189,7 @@ def check_jensen(n=10, d=5, spreads=(0.3, 1.0, 3.0), rhos=(0.05, 0.2, 0.5), poin
                    "mean gap increasing in spread and in rho",
                    "mean gap " + "; ".join(f"spread {sp}: " + ", ".join(f"{g:.3g}" for g in gaps[a])
                                            for a, sp in enumerate(spreads)),
-                   HOLDS if mono else VIOLATED, float(gaps[-1, -1]), det, fig)]
+                   mono, float(gaps[-1, -1]), det, fig)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,7 +266,7 @@ def check_lemma4(n=10, d=5, T=60, E=10, rho=0.05, spread=1.0, seed=0, local_sign
     worst = max(ratios.values())
     return _claim("L4", "bounded client drift within a round (eta_l <= 1/(10EL))", "Lemma 4", "drift <= RHS",
                   ", ".join(f"{k}: max ratio {v:.3g}" for k, v in ratios.items())
-                  + "; vacuous at this scale: a sign-flipped local step is not caught (the RHS grows with "
+                  + "; no power at this scale: a sign-flipped local step is not caught (the RHS grows with "
                   "||grad F||^2 along the diverging run)", bound(worst, 1.0), worst, kind=VACUOUS,
                   slack=slack(worst, 1.0), regime="inside the proven regime (eta_l = 1/(10EL), exact gradients)",
                   details=
@@ -360,7 +372,8 @@ def check_rho_tradeoff(n=10, d=5, E=10, T=200, rhos=(0.01, 0.05, 0.2, 0.5), spre
         w = simulate(prob, method=meth, T=T, E=E, eta_l=eta_l, eta_g=eta_g, rho=list(rhos), w0=w0,
                      seed=seed, sign=sign)["w"]
         lhs[meth] = prob.grad_f(w[1:]).norm(dim=-1).mean(0).tolist()
-    mono = all(np.all(np.diff(v) > 0) for v in lhs.values())
+    tol = noise_tol(0.0, max(max(v) for v in lhs.values()))            # deterministic: round-off only
+    mono = all(trend(-np.asarray(v), tol, tol) == HOLDS for v in lhs.values())      # increasing in rho
     fig = save_figure(out_dir, f"{PAPER}_rho-tradeoff.png", {k: (rhos, v) for k, v in lhs.items()},
                       xlabel="rho", ylabel="(1/T) sum ||grad F||", title=f"T={T}")
     return _claim("rho-tradeoff", "a larger rho hinders convergence", "Sec. 5.2; Fig. 4",
@@ -623,58 +636,68 @@ def _as_list(rows) -> list[Claim]:
 WEIGHT0 = [2.0] + [1.0] * 9                     # the server's mean with client 0 counted twice (n = 10)
 TABLE5_HOLDING = {k: v for k, v in TABLE5.items() if k != "fedlesam-d"}   # the rows whose arithmetic holds
 
-# row -> (what is broken, check, where, switch): the perturbed run is check(seed, **where, **switch), at
-# quick sizes; ``where`` restricts a row that is violated (or inconclusive) as a whole to the part of its
-# design where the unperturbed check does not come out "violated" (CONTROLS), so that catching the
-# perturbation is not inherited from the row's own verdict.
-POWER = {
-    "jensen-trend": ("SAM's inner maximisation sign-flipped: each objective at its maximiser reflected, "
-                     "F(x - d*)", check_jensen, {}, {"sign": -1.0}),
-    "L2-fedsam": ("FedSAM's ascent not normalised (rho g instead of rho g / ||g||)", check_lemma2,
-                  {"T": 20}, {"normalise": False}),
-    "L2-fedsam-noise": ("FedSAM's ascent not normalised, at sigma = 0.1 where the bound holds", check_lemma2,
-                        {"T": 20, "sigmas": (0.0, 0.1)}, {"normalise": False}),
-    "L4": ("local step sign-flipped (ascent)", check_lemma4, {"T": 20}, {"local_sign": -1.0}),
-    "thm1-fedsam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)", check_thm1,
-                    {"Ts": (100, 200)}, {"server_sign": -1.0}),
-    "thm1-fedlesam": ("server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)", check_thm1,
-                      {"Ts": (100, 200)}, {"server_sign": -1.0}),
-    "thm1-independent-rho": ("wrong aggregation weight (client 0 counted twice in the server's mean), at "
-                             "rho = 0 where the fixed point is stationary", check_thm1,
-                             {"Ts": (100,), "rho": 0.0}, {"weights": WEIGHT0}),
-    "rho-tradeoff": ("rho never reaches the update (the perturbation switched off; a sign-flipped "
-                     "perturbation is NOT caught: it hinders convergence too)", check_rho_tradeoff, {},
-                     {"sign": 0.0}),
-    "thm2-printed": ("the estimate is one client's own step, heterogeneity not averaged out, at eta >= 0.1 "
-                     "where the printed bound holds", check_thm2, {"etas": (0.1, 0.3, 1.0)},
-                     {"one_client": True}),
-    "thm2-squared": ("the estimate is one client's own step, heterogeneity not averaged out", check_thm2, {},
-                     {"one_client": True}),
-    "thm2-slope": ("the estimate is one client's own step, heterogeneity not averaged out", check_thm2, {},
-                   {"one_client": True}),
-    "thm2-with-rho": ("the estimate is one client's own step, heterogeneity not averaged out, at "
-                      "eta >= 0.003 where the bound holds", check_thm2, {"etas": (0.003, 0.01, 0.03, 0.1)},
-                      {"one_client": True}),
-    "eq3-estimator-early": ("the estimate sign-flipped (w^t - w_i^old)", check_estimator, {}, {"sign": -1.0}),
-    "eq3-estimator-late": ("the estimate sign-flipped (w^t - w_i^old), at E = 1 local step where the "
-                           "late estimate holds", check_estimator, {"E": 1}, {"sign": -1.0}),
-    "PD": ("FedLESAM's perturbation sign-flipped, under full participation where PD is lower",
-           check_pd, {"settings": ((None, 0.0), (None, 0.5))}, {"sign": -1.0}),
-    "flatness": ("FedLESAM's perturbation taken from the client's own gradient (FedSAM's local ascent) "
-                 "instead of the global estimate (a sign-flipped estimate is NOT caught: it selects the "
-                 "same minima on this toy)", check_flatness, {"R": 16}, {"lesam": "fedsam"}),
-    "cost-grads": ("FedLESAM run with FedSAM's spec on the trainer (an ascent gradient every step)",
-                   check_cost_and_comm, {}, {"engine": {"fedlesam": "fedsam"}}),
-    "comm-bookkeeping": ("one Table 5 ratio mis-transcribed (FedSAM's cost at 74%: 0.83 -> 0.93), on the "
-                         "rows whose arithmetic holds", check_cost_and_comm, {"table5": TABLE5_HOLDING},
-                         {"table5": {**TABLE5_HOLDING, "fedsam": ((1.02, 1.02), (0.83, 0.93))}}),
+# Power (theory/power.py): each design is a check at quick sizes, restricted (where a row is violated or inconclusive
+# as a whole) to the part of its design where the correct algorithm is not "violated"; each row declares the mistakes
+# it should catch, from theory/mistakes.py's library (rule copies replaced for the call) or the switches below.
+MISTAKES = {m.name: m for m in (
+    Mistake("jensen-sign", "SAM's inner maximisation sign-flipped: each objective at its maximiser reflected, "
+            "F(x - d*)", switch={"sign": -1.0}),
+    Mistake("server-sign", "server step sign-flipped (w - eta_g Delta -> w + eta_g Delta)",
+            switch={"server_sign": -1.0}),
+    Mistake("weight-client0", "wrong aggregation weight: client 0 counted twice in the server's mean",
+            switch={"weights": WEIGHT0}),
+    Mistake("rho-unwired", "rho never reaches the update (the perturbation switched off)", switch={"sign": 0.0}),
+    Mistake("estimate-one-client", "the estimate is one client's own step, heterogeneity not averaged out",
+            switch={"one_client": True}),
+    Mistake("lesam-as-fedsam", "FedLESAM's perturbation taken from the client's own gradient (FedSAM's local "
+            "ascent) instead of the global estimate", switch={"lesam": "fedsam"}),
+    Mistake("trainer-fedsam-spec", "FedLESAM run with FedSAM's spec on the trainer (an ascent gradient every step)",
+            switch={"engine": {"fedlesam": "fedsam"}}),
+    Mistake("table5-misread", "one Table 5 ratio mis-transcribed (FedSAM's cost at 74%: 0.83 -> 0.93)",
+            switch={"table5": {**TABLE5_HOLDING, "fedsam": ((1.02, 1.02), (0.83, 0.93))}}),
+)}
+
+
+def _design(check, **where):
+    return lambda seed, **kw: _as_list(check(seed=seed, **{**where, **kw}))
+
+
+DESIGNS = {
+    "jensen": _design(check_jensen),
+    "lemma2": _design(check_lemma2, T=20),
+    "lemma2-noise": _design(check_lemma2, T=20, sigmas=(0.0, 0.1)),
+    "lemma4": _design(check_lemma4, T=20),
+    "thm1": _design(check_thm1, Ts=(100, 200)),
+    "thm1-rho0": _design(check_thm1, Ts=(100,), rho=0.0),
+    "rho": _design(check_rho_tradeoff),
+    "thm2": _design(check_thm2),
+    "thm2-large-eta": _design(check_thm2, etas=(0.1, 0.3, 1.0)),
+    "thm2-mid-eta": _design(check_thm2, etas=(0.003, 0.01, 0.03, 0.1)),
+    "estimator": _design(check_estimator),
+    "estimator-E1": _design(check_estimator, E=1),
+    "pd-full": _design(check_pd, settings=((None, 0.0), (None, 0.5))),
+    "flatness": _design(check_flatness, R=16),
+    "cost": _design(check_cost_and_comm),
+    "comm": _design(check_cost_and_comm, table5=TABLE5_HOLDING),
 }
-
-
-def _power_run(check, kw: dict):
-    return lambda seed: _as_list(check(seed=seed, **kw))
-
-
-PERTURBATIONS = {rid: (text, _power_run(check, {**where, **switch}))
-                 for rid, (text, check, where, switch) in POWER.items()}
-CONTROLS = {rid: _power_run(check, where) for rid, (_, check, where, _) in POWER.items()}   # unperturbed
+_LOCAL = ("step-x2", "weight-decay", "sam-sign", "sam-unnormalised", "lesam-sign")
+POWER = {
+    "jensen-trend": ("jensen", ("jensen-sign",)),
+    "L2-fedsam": ("lemma2", _LOCAL),
+    "L2-fedsam-noise": ("lemma2-noise", _LOCAL),
+    "L4": ("lemma4", _LOCAL),
+    "thm1-fedsam": ("thm1", _LOCAL + ("server-sign", "weight-client0")),
+    "thm1-fedlesam": ("thm1", _LOCAL + ("server-sign", "weight-client0")),
+    "thm1-independent-rho": ("thm1-rho0", _LOCAL + ("weight-client0",)),
+    "rho-tradeoff": ("rho", _LOCAL + ("rho-unwired",)),
+    "thm2-printed": ("thm2-large-eta", ("step-x2", "weight-decay", "estimate-one-client")),
+    "thm2-squared": ("thm2", ("step-x2", "weight-decay", "estimate-one-client")),
+    "thm2-slope": ("thm2", ("step-x2", "weight-decay", "estimate-one-client")),
+    "thm2-with-rho": ("thm2-mid-eta", ("step-x2", "weight-decay", "estimate-one-client")),
+    "eq3-estimator-early": ("estimator", _LOCAL),
+    "eq3-estimator-late": ("estimator-E1", _LOCAL),
+    "PD": ("pd-full", _LOCAL),
+    "flatness": ("flatness", _LOCAL + ("lesam-as-fedsam",)),
+    "cost-grads": ("cost", ("trainer-fedsam-spec",)),
+    "comm-bookkeeping": ("comm", ("table5-misread",)),
+}

@@ -23,8 +23,10 @@ import torch
 
 from ..linalg import cosine
 from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, each_seed,
-                     identity, judge, loglog_fit, loglog_slope, rate, run_steps, slack, slope)
+                     identity, judge, loglog_fit, loglog_slope, noise_tol, rate, run_steps, se_of, slack, slope,
+                     trend)
 from . import rules
+from .mistakes import Mistake
 from .engine_toys import make_run
 from .toys import (DT, HeteroQuadratics, _mv, active_masks, no_autograd, per_run, save_figure, spectrum_matrix,
                    stack_seeds)
@@ -76,7 +78,8 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
     W (local models w_i^t; inactive clients keep theirs), shat (s_hat of the last local step), shat0 (first
     step), s [T+1, ..., d], active [T, m]; with ``probe_cos`` also cos_g [T, K, ...]: the mean over active
     clients of cos(s_hat_{i,k}, grad f(w_{i,k})) (the global SAM direction at the client's iterate), and
-    cons [T, K, ...]: the mean of ||s_hat_{i,k} - s^t|| / r (violation of the constraint s_i = s of eq. 8);
+    cons [T, K, ...]: the mean of ||s_hat_{i,k} - s^t|| / r (violation of the constraint s_i = s of eq. 8) over
+    the active clients, cons_i [T, K, ..., m] the same per client (every client);
     ``probe_cos="cons"`` records cons only (cos_g stays 0: it needs grad f at every client's iterate).
     ``fault`` (a key of FAULTS) breaks one part on purpose, for the power of the checks."""
     if method not in METHODS:
@@ -99,12 +102,12 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
     lam, s = torch.zeros_like(w), torch.zeros_like(w)
     lam_i, mu, W = zeros.clone(), zeros.clone(), w.unsqueeze(-2).expand(*batch, m, d).clone()
     rec = {k: [] for k in ("wbar", "lam", "lam_i", "W", "shat", "shat0")}
-    ws, ss, probes = [w], [s], []
+    ws, ss, probes, gaps = [w], [s], [], []
     for t in range(T):
         a = masks[t].unsqueeze(-1)                                            # [m, 1]
         wb = w.unsqueeze(-2)
         x = wb.expand(*batch, m, d).clone()
-        probe_k = []
+        probe_k, gap_k = [], []
         if local == "exact":
             shat, mu_new = _perturb(rule, prob.grad(x), mu, s, r_i, *signs)
             mu, shat0 = torch.where(a, mu_new, mu), shat
@@ -120,6 +123,7 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
                     gap = (shat - s.unsqueeze(-2)).norm(dim=-1) / r_i.squeeze(-1)
                     c_g = torch.zeros_like(gap) if probe_cos == "cons" else cosine(shat, prob.grad_f(x), at_zero=0.0)
                     probe_k.append(torch.stack([c_g, gap])[..., masks[t]].mean(-1))
+                    gap_k.append(gap)
                 gh = prob.grad(x + shat) if rule != "none" else g
                 x = rules.sgd_step(x, eta, rules.dyn_direction(gh, x, wb, lam_i, beta_i) if dyn else gh)  # l. 11
         delta = torch.where(a, x - wb, torch.zeros_like(x))
@@ -136,9 +140,11 @@ def simulate(prob, *, method: str = "fedsmoo", T: int = 100, K: int = 10, eta: f
             rec[k].append(v)
         ws.append(w), ss.append(s)
         probes.append(torch.stack(probe_k) if probe_k else torch.zeros(0, 2, *batch, dtype=DT))
+        gaps.append(torch.stack(gap_k) if gap_k else torch.zeros(0, *batch, m, dtype=DT))
     out = {k: torch.stack(v) for k, v in rec.items()}
     probe = torch.stack(probes)
-    out.update(w=torch.stack(ws), s=torch.stack(ss), active=masks, cos_g=probe[:, :, 0], cons=probe[:, :, 1])
+    out.update(w=torch.stack(ws), s=torch.stack(ss), active=masks, cos_g=probe[:, :, 0], cons=probe[:, :, 1],
+               cons_i=torch.stack(gaps))
     return out
 
 
@@ -462,7 +468,7 @@ def simulate_seeds(probs, *, betas, runs: int | None = None, **kw) -> list[dict]
     tr = simulate(stack_seeds(probs, len(batch) - 1), beta=beta, w0=torch.zeros(*batch, d, dtype=DT), **kw)
     keys = ("w", "wbar", "lam", "lam_i", "W", "shat", "shat0", "s")
     return [{**{k: tr[k][:, i].contiguous() for k in keys}, "active": tr["active"],
-             **{k: tr[k][:, :, i].contiguous() for k in ("cos_g", "cons")}} for i in range(S)]
+             **{k: tr[k][:, :, i].contiguous() for k in ("cos_g", "cons", "cons_i")}} for i in range(S)]
 
 
 def floor_sweep_seeds(probs, rs, *, betas, T, local, K=10, eta=0.05, tail=0.1, seed=0, fault=None) -> list:
@@ -603,7 +609,7 @@ def _thm41_claims(prob, beta, rows, ctl_lhs, *, m, n, eig, r0, Ts, fixed_r, out_
             _claim("thm41-rate", "O(1/T) with r ~ 1/sqrt(nT)", "Thm 4.1; Remark 4.2",
                    "log-log slope -1 (95% interval +- 0.15) with r_T = r0/sqrt(nT); a fixed r must not pass",
                    f"slope {k:.3f} [{fit[1]:.3f}, {fit[2]:.3f}] over T={list(Ts)}; fixed r = r_T at "
-                   f"T={Ts[0]}: slope {ctl[0]:.3f}" + ("; vacuous at this scale: the 1/T transient of the first "
+                   f"T={Ts[0]}: slope {ctl[0]:.3f}" + ("; no power at this scale: the 1/T transient of the first "
                                                       "rounds dominates, a fixed r passes too" if blind else ""),
                    INCONCLUSIVE if blind else rate(fit, -1.0, 0.15, reg), k,
                    {**det, "fit_95": fit, "control_fixed_r_fit_95": ctl, "fixed_r": fixed_r}, fig,
@@ -654,14 +660,25 @@ def check_mechanism_seeds(seeds: list[int], m=20, d=10, T=100, K=10, eta=0.05, b
     kw = {"betas": [beta] * len(seeds), "T": T, "eta": eta, "r": r, "seed": seeds[0], "fault": fault}
     trs = {meth: [simulate(p, method=meth, K=K, beta=beta, probe_cos=True, T=T, eta=eta, r=r, seed=s, fault=fault)
                   for p, s in zip(probs, seeds)] for meth in ("fedsmoo", "fedsam")}           # one run per seed
-    cons = {Kc: [x["cons"] for x in trs["fedsmoo"]] if Kc == K else
-            [x["cons"] for x in simulate_seeds(probs, method="fedsmoo", K=Kc, probe_cos="cons", **kw)] for Kc in Ks}
+    runs = {Kc: trs["fedsmoo"] if Kc == K else simulate_seeds(probs, method="fedsmoo", K=Kc, probe_cos="cons", **kw)
+            for Kc in Ks}
+    cons = {Kc: [x["cons"] for x in v] for Kc, v in runs.items()}
+    k0 = max(1, int(tail * T))
+    tols = [step_tol([runs[Kc][i]["cons_i"][-k0:, -1].mean(0).numpy() for Kc in Ks]) for i in range(len(seeds))]
     return [_mechanism_claims(p, {k: v[i] for k, v in trs.items()}, {Kc: c[i] for Kc, c in cons.items()}, m=m, T=T,
-                              K=K, eta=eta, beta=beta, r=r, margin=margin, tail=tail, Ks=Ks,
+                              K=K, eta=eta, beta=beta, r=r, margin=margin, tail=tail, Ks=Ks, tol=tols[i],
                               out_dir=out_dir if i == 0 else None) for i, p in enumerate(probs)]
 
 
-def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks, out_dir) -> list[Claim]:
+def step_tol(per_client: list) -> np.ndarray:
+    """Tolerances of the K trend (claims.noise_tol): for each step, then for first-to-last, the standard error of the
+    change's mean over clients, paired (each client's tail-mean violation at one K against its own at the other),
+    plus round-off on its size. ``per_client``: one array of per-client tail means per K (full participation)."""
+    pairs = list(zip(per_client[:-1], per_client[1:])) + [(per_client[0], per_client[-1])]
+    return np.array([noise_tol(se_of(b - a), max(abs(a).max(), abs(b).max())) for a, b in pairs])
+
+
+def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks, tol, out_dir) -> list[Claim]:
     cs = {k: float(v["cos_g"].mean()) for k, v in tr.items()}
     sm, k0 = tr["fedsmoo"], max(1, int(tail * T))
     c_srv = cosine(sm["s"][1:-1], prob.grad_f(sm["w"][1:-1]), at_zero=0.0)
@@ -671,12 +688,12 @@ def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks
     for Kc in Ks:
         end.append(cons[Kc][-k0:, -1].reshape(k0, -1).mean(-1).numpy())
     fit = loglog_fit(Ks, np.stack(end))
-    steps = np.diff([float(e.mean()) for e in end])
-    trend = HOLDS if (steps < 0).all() else VIOLATED if (steps > 0).all() else INCONCLUSIVE
+    verdict = trend([float(e.mean()) for e in end], tol[:-1], tol[-1])      # beyond the clients' paired noise
     det = {"m": m, "T": T, "K": K, "eta": eta, "beta": beta, "r": r, "tail_rounds": k0, "cos_local": cs,
            "cos_server_mean": float(c_srv.mean()), "cos_server_tail": c_tail, "cos(s^{t+1}, s^t)_tail": flip,
            "constraint_violation_by_step": cons_k.tolist(), "margin": margin, "Ks": list(Ks),
-           "end_of_round_violation_by_K": [float(e.mean()) for e in end], "fit_95": fit}
+           "end_of_round_violation_by_K": [float(e.mean()) for e in end], "fit_95": fit,
+           "step_tolerance": [float(x) for x in tol]}          # per step, then first to last
     fig = save_figure(out_dir, f"{PAPER}_T6-consistency.png",
                       {"end of round, ||s_hat_i,K-1 - s|| / r": (list(Ks), [float(e.mean()) for e in end])},
                       xlabel="local steps K", ylabel="constraint violation (tail rounds)", logy=False,
@@ -692,11 +709,12 @@ def _mechanism_claims(prob, tr, cons, *, m, T, K, eta, beta, r, margin, tail, Ks
                    f"tail cos {c_tail:.3f} (trajectory mean {float(c_srv.mean()):.3f}); "
                    f"cos(s^(t+1), s^t) = {flip:.3f}", judge(c_tail, 0.9, 0.5), c_tail, det),
             _claim("T6-consistency", "local perturbations agree with the global one (constraint s_i = s)",
-                   "eqs. (8)-(11)", "||s_hat_i,K-1 - s|| / r decreasing in K (a longer local solve)",
+                   "eqs. (8)-(11)", "||s_hat_i,K-1 - s|| / r decreasing in K (a longer local solve), beyond its noise",
                    "end-of-round violation " + ", ".join(f"K={k_}: {float(e.mean()):.3f}" for k_, e in zip(Ks, end))
                    + f"; slope {fit[0]:.2f} [{fit[1]:.2f}, {fit[2]:.2f}]; within a round (K={K}) "
-                   f"{float(cons_k[0]):.3f} at k=0 -> {float(cons_k[-1]):.3f} at k=K-1",
-                   trend, fit[0], det, fig)]
+                   f"{float(cons_k[0]):.3f} at k=0 -> {float(cons_k[-1]):.3f} at k=K-1; tolerance (3 paired SE over "
+                   f"clients) {tol[-1]:.2g} first to last, {', '.join(f'{x:.2g}' for x in tol[:-1])} per step",
+                   verdict, fit[0], det, fig)]
 
 
 def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, K=10, eta=0.01, beta=10.0, r=0.2, rel_margin=0.05,
@@ -757,7 +775,7 @@ def check_mlp(n=10, T=60, K=10, eta=0.1, beta=10.0, r=0.05, dir_alpha=0.3, width
                    "Thm 4.4 eq. (16); Lemma C.7", "test error at w+s <= margin loss + complexity term",
                    f"FedSMOO: {a['test_err_s']:.3f} <= {a['margin_loss_s']:.3f} + "
                    f"{a['bound'] - a['margin_loss_s']:.3g} (V_L {a['V_L']:.3g}; FedSAM V_L {b['V_L']:.3g})"
-                   + ("; vacuous at this scale: a bound >= 1 on an error rate cannot fail" if vac else ""),
+                   + ("; no power at this scale: a bound >= 1 on an error rate cannot fail" if vac else ""),
                    INCONCLUSIVE if vac else bound(a["test_err_s"], a["bound"]), a["bound"],
                    {**det, "vacuous": vac, "note": "a bound >= 1 on an error rate cannot be falsified"},
                    slack=slack(a["test_err_s"], a["bound"]), kind=VACUOUS if vac else FINDING)]
@@ -846,32 +864,50 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
     return run_seeds([seed], quick, out_dir)[0]
 
 
-# row -> (what is broken, run(seed) at quick sizes); FAULTS name the broken parts of Alg. 1. A perturbed run
-# may serve several rows. thm41-rate and T8-genbound are vacuous at this scale: their perturbation is NOT caught.
-_NO_DUAL, _SERVER, _ASCENT, _MU = (FAULTS[k] for k in ("no_dual", "server_sign", "ascent_sign", "mu_sign"))
-PERTURBATIONS = {
-    "C5-upsilon": (_NO_DUAL, lambda seed: check_lemmas(seed=seed, fault="no_dual")),
-    "C-descent": (_SERVER, lambda seed: check_lemmas(seed=seed, fault="server_sign")),
-    "beta-zeta": ("beta L just past the zeta > 0 threshold (1.02x) instead of the stated bound (at 0.98x the "
-                  "same check holds)",
-                  lambda seed: [check_zeta_at_stated_beta(betaL=1.02 * zeta_threshold(20, 20))]),
-    "beta-region": (_SERVER, lambda seed: [check_beta_region(seed=seed, T=300, fault="server_sign")]),
-    "T1-exactness": (_NO_DUAL, lambda seed: [check_exactness(seed=seed, fault="no_dual")]),
-    "T1-r2-floor": (_NO_DUAL, lambda seed: check_r2_floor(seed=seed, T=1500, sgd_T=50, fault="no_dual")),
-    "thm41-floor": (_NO_DUAL, lambda seed: check_r2_floor(seed=seed, T=1500, sgd_T=50, fault="no_dual")),
-    "thm41-bound": (_SERVER, lambda seed: check_thm41(seed=seed, Ts=(200, 400), fault="server_sign")),
-    "thm41-rate": ("r held at r_T0 instead of r_T = r0/sqrt(nT) (Remark 4.2's schedule dropped)",
-                   lambda seed: check_thm41(seed=seed, Ts=(200, 400, 800), fixed_r=True)),
-    "partial-participation": (_NO_DUAL + "; at n = 15 of 20, inside the regime n > 2m/3",
-                              lambda seed: [check_partial_participation(seed=seed, T=300, n_active=15,
-                                                                        fault="no_dual")]),
-    "T6-local-alignment": (_MU, lambda seed: check_mechanism(seed=seed, Ks=(10, 20), fault="mu_sign")),
-    "T6-server-alignment": (_ASCENT, lambda seed: check_mechanism(seed=seed, Ks=(10, 20), fault="ascent_sign")),
-    "T6-consistency": (_MU, lambda seed: check_mechanism(seed=seed, Ks=(10, 20), fault="mu_sign")),
-    "T7-flatness": (_SERVER, lambda seed: [check_flatness(seed=seed, R=16, fault="server_sign")]),
-    "T7-mlp-flatness": (_NO_DUAL, lambda seed: check_mlp(seeds=(seed,), fault="no_dual")),
-    "T8-genbound": (_NO_DUAL + " (a sharper model; vacuous: the bound stays >= 1)",
-                    lambda seed: check_mlp(seeds=(seed,), fault="no_dual")),
-    "fig2-partition-std": ("Dirichlet alpha = 1 instead of the caption's 0.1",
-                           lambda seed: [check_partition_std(seed=seed, draws=40, alpha=1.0)]),
+# Power (theory/power.py): each design is a check at quick sizes; each row declares the mistakes it should catch,
+# from theory/mistakes.py's library (rule copies replaced for the call) or FAULTS (switches of ``simulate`` for the
+# parts without a rule copy: the dual update and the server step).
+MISTAKES = {
+    "no-dual": Mistake("no-dual", FAULTS["no_dual"], switch={"fault": "no_dual"}),
+    "server-sign": Mistake("server-sign", FAULTS["server_sign"], switch={"fault": "server_sign"}),
+    "beta-x1.04": Mistake("beta-x1.04", "beta L taken 4% too large (1.02x the zeta > 0 threshold instead of "
+                          "0.98x, where the control holds)", switch={"betaL": 1.02 * zeta_threshold(20, 20)}),
+    "r-fixed": Mistake("r-fixed", "r held at r_T0 instead of r_T = r0/sqrt(nT) (Remark 4.2's schedule dropped)",
+                       switch={"fixed_r": True}),
+    "dirichlet-1": Mistake("dirichlet-1", "the partition drawn with Dirichlet alpha = 1 instead of the caption's 0.1",
+                           switch={"alpha": 1.0}),
+}
+DESIGNS = {
+    "lemmas": lambda seed, **kw: check_lemmas(seed=seed, **kw),
+    "zeta": lambda seed, betaL=0.98 * zeta_threshold(20, 20): [check_zeta_at_stated_beta(betaL=betaL)],
+    "beta_region": lambda seed, **kw: [check_beta_region(seed=seed, T=300, **kw)],
+    "exactness": lambda seed, **kw: [check_exactness(seed=seed, **kw)],
+    "r2_floor": lambda seed, **kw: check_r2_floor(seed=seed, T=1500, sgd_T=50, **kw),
+    "thm41": lambda seed, **kw: check_thm41(seed=seed, Ts=(200, 400, 800), **kw),
+    "partial": lambda seed, **kw: [check_partial_participation(seed=seed, T=300, n_active=15, **kw)],
+    "mechanism": lambda seed, **kw: check_mechanism(seed=seed, Ks=(10, 20), **kw),
+    "flatness": lambda seed, **kw: [check_flatness(seed=seed, R=16, **kw)],
+    "mlp": lambda seed, **kw: check_mlp(seeds=(seed,), **kw),
+    "partition": lambda seed, **kw: [check_partition_std(seed=seed, draws=40, **kw)],
+}
+_ALG = ("no-dual", "server-sign", "dyn-dual-missing", "step-x2", "weight-decay")
+_SMOO = ("smoo-ascent-sign", "smoo-dual-sign", "smoo-dual-missing", "smoo-server-sign")
+POWER = {
+    "C5-upsilon": ("lemmas", _ALG + _SMOO),
+    "C-descent": ("lemmas", _ALG + _SMOO),
+    "beta-zeta": ("zeta", ("beta-x1.04",)),
+    "beta-region": ("beta_region", _ALG),
+    "T1-exactness": ("exactness", _ALG + _SMOO),
+    "T1-r2-floor": ("r2_floor", _ALG + _SMOO),
+    "thm41-floor": ("r2_floor", _ALG + _SMOO),
+    "thm41-bound": ("thm41", _ALG + _SMOO),
+    "thm41-rate": ("thm41", _ALG + _SMOO + ("r-fixed",)),
+    "partial-participation": ("partial", _ALG + _SMOO),
+    "T6-local-alignment": ("mechanism", _ALG + _SMOO),
+    "T6-server-alignment": ("mechanism", _ALG + _SMOO),
+    "T6-consistency": ("mechanism", _ALG + _SMOO),
+    "T7-flatness": ("flatness", _ALG + _SMOO),
+    "T7-mlp-flatness": ("mlp", ("no-dual", "server-sign")),
+    "T8-genbound": ("mlp", ("no-dual", "server-sign")),
+    "fig2-partition-std": ("partition", ("dirichlet-1",)),
 }

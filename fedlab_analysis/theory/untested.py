@@ -66,6 +66,5 @@ ROWS = {
 
 
 def rows(paper: str) -> list[Claim]:
-    return [Claim(paper, f"untested-{cid}", claim, where, "-", f"not checked: {why}", NOT_CHECKED,
-                  perturbation="not checked")
+    return [Claim(paper, f"untested-{cid}", claim, where, "-", f"not checked: {why}", NOT_CHECKED)
             for cid, claim, where, why in ROWS.get(paper, [])]
