@@ -335,6 +335,7 @@ COST = "cost: no pass over the data; one sweep over the clients' stored models (
 READS_DATA = False
 IGNORES = (("data", "samples", "seed", "bn_mode", "bn_batch"),
            "with the consensus probe (it compares the stored models and reads no data)")
+NEEDS_RUN = True      # a plain state_dict is refused (probes/foreign.py): this probe reads the federation
 HOOK_NAMES = ("consensus",)
 
 

@@ -261,6 +261,7 @@ HELP = "FedLESAM's perturbation estimate vs staleness"
 DESCRIBE = ("FedLESAM's estimate of the global perturbation from the last global update against the true one, "
             "by the clients' staleness (FedLESAM Sec. 4.1, Fig. 2 left).")
 COST = "cost: one gradient pass over the samples."
+NEEDS_RUN = True      # a plain state_dict is refused (probes/foreign.py): this probe reads the federation
 HOOK_NAMES = ("drift",)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..params import Layer, ParamSpace, functional
+from . import foreign
 from .options import Common, opt
 
 
@@ -131,8 +133,8 @@ def plane_update(space: ParamSpace, theta: Tensor, update: Tensor, seed: int, *,
 
 
 def plane_hessian(f, theta: Tensor, data: tuple[Tensor, Tensor], space: ParamSpace | None = None,
-                  params: str | None = None, seed: int = 0, batch_size: int | None = 1000, **kwargs):
-    """The plane of the top two Hessian eigenvectors (unit norm) of the mean cross-entropy at theta,
+                  params: str | None = None, seed: int = 0, batch_size: int | None = 1000, loss="ce", **kwargs):
+    """The plane of the top two Hessian eigenvectors (unit norm) of the mean ``loss`` at theta,
     from the curvature probe's Lanczos (``kwargs`` go to its ``top_eigenvalues``: tol, max_iter, method).
 
     ``params`` (a ParamSpace spec such as 'group:h', needs ``space``) restricts H to those coordinates; the
@@ -142,7 +144,7 @@ def plane_hessian(f, theta: Tensor, data: tuple[Tensor, Tensor], space: ParamSpa
     from .curvature import HessianOperator, top_eigenvalues  # the curvature probe, imported on use
 
     from .common import bar
-    op = HessianOperator(f, theta, data, params=params, space=space, batch_size=batch_size)
+    op = HessianOperator(f, theta, data, params=params, space=space, batch_size=batch_size, loss=loss)
     with bar(None, "hessian plane: Hessian-vector product", "HVP") as op.progress:
         out = top_eigenvalues(op, 2, seed=seed, **kwargs)
     op.progress = None
@@ -198,6 +200,15 @@ def _per_sample(loss, out: Tensor, y: Tensor) -> Tensor:
     if loss == "mse":
         return (out - y.view(1, *out.shape[1:])).pow(2).reshape(*out.shape[:2], -1).mean(-1)
     return loss(out, y)
+
+
+def per_sample(loss):
+    """'ce' / 'mse' as they are; a callable mean loss ``(logits, y) -> scalar`` (the Python entry points) as the
+    [B, n] form ``_evaluate`` sums: each point's mean loss times the chunk's n, so the sums over chunks divided by
+    N are the mean (exact for a loss that averages over its batch, as F.cross_entropy does)."""
+    if isinstance(loss, str):
+        return loss
+    return lambda out, y: torch.stack([loss(o, y) for o in out]).unsqueeze(1).expand(-1, len(y)).contiguous()
 
 
 def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="auto", chunk=16384,
@@ -760,14 +771,17 @@ def compute(bundle, opts: Options) -> dict:
                        else (bundle.space, bundle.f, bundle.theta))
     data, bp = (bundle.X, bundle.y), args.batch_points
     common = {"seed": args.seed, "dir_type": args.dir_type}
-    ev = {"batch_points": bp}
+    ev = {"batch_points": bp, "loss": per_sample(getattr(bundle, "loss", "ce"))}
     if args.batch_size:
         B = args.batch_size
         ev["chunk"] = B * (1 if bp == "auto" else int(bp))
     log = args.log
 
+    if foreign.is_foreign(bundle.ckpt) and (plane or "random") in ("clients", "update", "pca"):
+        raise UserError(f"--plane {plane} {foreign.NEEDS}; use --plane random or hessian, or --other FILE")
     if args.other:
         from ..checkpoint import load
+        load = partial(foreign.like, bundle) if foreign.is_foreign(bundle.ckpt) else load
         extend = 0.25 if args.extend is None else args.extend
         res = line(f, theta, _flat(load(args.other), bundle, states, str(args.other)), data, n=args.grid,
                    extend=extend, **ev)
@@ -800,7 +814,8 @@ def compute(bundle, opts: Options) -> dict:
         points = {"previous global": [-1.0, 0.0]}
         rng, extra = ((-1.5, 1.5), (-1.5, 1.5)), {"update_from": source, "isometric": True}
     elif plane == "hessian":
-        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed, batch_size=args.batch_size or 1000)
+        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed, batch_size=args.batch_size or 1000,
+                                    loss=getattr(bundle, "loss", "ce"))
         extra = {"eigenvalues": eig}
     else:
         cks = [c for c in _run_checkpoints(args.ckpt) if c["round"] < bundle.ckpt["round"]] + [bundle.ckpt]

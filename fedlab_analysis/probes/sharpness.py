@@ -352,7 +352,8 @@ def compute(b, opts: Options) -> dict:
     args = resolve(opts, steps=opts.steps or DEFAULT_STEPS, start=opts.start or "one_step",
                    weights=opts.weights or "uniform")
     rho = DEFAULT_RHO if args.rho is None else args.rho
-    kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
+    kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed,
+          "loss": getattr(b, "loss", "ce")}
     g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
     if (args.starts or 1) > 1:                     # random starts: the max is the estimate, with their spread
         runs = [g] + [global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size,
@@ -380,10 +381,11 @@ def compute(b, opts: Options) -> dict:
             raise UserError("--local uses every client's full data; drop --samples")
         idx = b.ckpt["partition"]["indices"]
         ds_X, ds_y = _client_data(b, args.data_dir)
-        Fs = client_objectives(b.f, ds_X, ds_y, idx, batch_size=args.batch_size)
+        Fs = client_objectives(b.f, ds_X, ds_y, idx, loss=getattr(b, "loss", "ce"), batch_size=args.batch_size)
         W = require_clients(b, "--at-clients") if args.at_clients else None
         p = client_weights(len(idx), args.weights, [len(i) for i in idx])
-        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=p, client_thetas=W, method=args.method, **kw)
+        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=p, client_thetas=W, method=args.method,
+                                   **{k: v for k, v in kw.items() if k != "loss"})
         out["summary"].update(jensen_gap=out["jensen"]["gap"],
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
     what = f"sharpness, rho = {rho:g} ({args.method}{f', {args.steps} steps' if args.method == 'ascent' else ''})"
