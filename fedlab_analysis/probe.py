@@ -45,6 +45,8 @@ def main(argv=None) -> int:
     else:
         summary = result.get("summary_text") or _summary(result)      # a table where the probe prints one
         print(json.dumps(summary, default=float) if not isinstance(summary, str) else summary)
+        for k, meaning in (result.get("legend") or {}).items():      # what each printed number is
+            print(f"  {k}: {meaning}")
         if args.json:                                 # a plain write: --json may name a pipe or /dev/stdout
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")

@@ -152,3 +152,33 @@ def test_a_toolkit_checkpoint_refuses_the_foreign_flags(tmp_path, capsys, tiny_c
     code = probe.main(["hessian", str(tmp_path / "run"), "--model", "mlp", "--dataset", "digits"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--model cannot act with a fedlab_analysis checkpoint" in err, err
+
+
+def _readme_part():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return text[text.index("### Probe any model"):text.index("What every probe prints and writes")]
+
+
+def test_the_readme_examples_run_as_written(tmp_path, monkeypatch, capsys):
+    """The README's state_dict lines on the embedded digits (files made as a user makes them), at small sizes, and
+    its notebook cell on a model defined in the cell."""
+    import re
+    import shlex
+    part = _readme_part()
+    monkeypatch.chdir(tmp_path)
+    ds = load_dataset("digits")
+    torch.save(build_model("mlp", ds.input_shape, ds.n_classes, widths=[64]).state_dict(), "model.pt")
+    (tmp_path / "mynet.py").write_text(FACTORY)
+    ns = {}
+    exec(FACTORY, ns)
+    torch.save({f"module.{k}": v for k, v in ns["make"]().state_dict().items()}, "ddp.pt")
+    block = re.search(r"```bash\n(.*?)```", part, re.S).group(1).replace("\\\n", " ")
+    lines = [shlex.split(line)[3:] for line in block.splitlines() if "--dataset digits" in line]
+    assert len(lines) == 3
+    small = {"hessian": ["--max-iter", "20"], "landscape": ["--grid", "3"], "sharpness": ["--steps", "1"]}
+    for argv in lines:
+        assert probe.main([*argv, *small[argv[0]], "--quiet"]) == 0, capsys.readouterr().err
+    cell = re.search(r"```python\n(.*?)```", part, re.S).group(1)
+    exec(cell, {})
+    assert (tmp_path / "surface.png").stat().st_size > 0

@@ -267,14 +267,16 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
                   bn_batch, n_available, layout, sample_index)
 
 
-def require_clients(b: Bundle, what: str) -> torch.Tensor:
+def require_clients(b: Bundle, what: str, stored: bool = False) -> torch.Tensor:
+    """The clients' last local models on the probe's device and dtype (``stored``: as the checkpoint holds them,
+    on the probe's device, in their own dtype), or one line saying what is missing."""
     if "source" in b.ckpt:
         raise UserError(f"{what} needs the clients' last local models of a federated run (a fedlab_analysis "
                         f"checkpoint trained with --keep-clients true); a plain state_dict holds one model")
-    if b.clients is None:
+    if b.clients_stored is None:
         raise UserError(f"{what} needs the clients' last local models, which this checkpoint did not keep; "
                         f"re-run training with --keep-clients true")
-    return b.clients
+    return b.clients_stored.to(b.theta.device) if stored else b.clients
 
 
 # ---- shared by the federated probes -------------------------------------------------------------------------

@@ -568,8 +568,9 @@ class Options(Common):
     directions: str | None = opt(None, "draw the plane of a --save-directions FILE (checked to be of this model) "
                                  "instead of --plane", metavar="FILE")
     h5: str | None = opt(None, "also write the surface in the HDF5 layout of Li et al.'s loss-landscape code "
-                         "(xcoordinates, ycoordinates, train_loss, train_acc in %%; needs h5py: the landscape-h5 "
-                         "extra)", metavar="FILE")
+                         "(xcoordinates, ycoordinates, train_loss, train_acc in %% for their plot_2D.py and "
+                         "h52vtp.py; with --other the 1-D line: xcoordinates, train_loss, train_acc for their "
+                         "plot_1D.py; needs h5py: the landscape-h5 extra)", metavar="FILE")
     batch_points: str = opt("auto", "grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
                             "memory-bounded on GPU)", parse=_batch_points)
 
@@ -592,12 +593,25 @@ def save_directions(path, d1: Tensor, d2: Tensor, bundle, **meta) -> None:
 def load_directions(path, bundle, dir_type: str) -> tuple[Tensor, Tensor, dict]:
     """(d1, d2, meta) of a :func:`save_directions` file, refused in one line unless it was made for this model
     (same layer names, shapes and order) and the same --dir-type."""
+    from ..checkpoint import read
+    from ..errors import CheckpointError
+    if Path(path).is_dir():
+        raise UserError(f"--directions {path}: is a folder; give a file written with --save-directions")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001  missing, truncated, not a torch file
-        raise UserError(f"--directions {path}: cannot be read ({' '.join(str(e).split())[:120]})") from None
+        _, obj = read(path)                        # torch.load(weights_only=True), its refusal in one full line
+    except CheckpointError as e:
+        raise UserError(f"--directions: {e}".replace(" torch checkpoint", " torch file")) from None
     if not isinstance(obj, dict) or obj.get("format") != DIRECTIONS:
         raise UserError(f"--directions {path}: not a directions file (write one with --save-directions)")
+    d1, d2 = obj.get("d1"), obj.get("d2")
+    if not (torch.is_tensor(d1) and torch.is_tensor(d2) and d1.dim() == d2.dim() == 1 and d1.shape == d2.shape
+            and d1.is_floating_point() and d2.is_floating_point() and bool(torch.isfinite(d1).all())
+            and bool(torch.isfinite(d2).all()) and float(d1.norm()) > 0 and float(d2.norm()) > 0):
+        raise UserError(f"--directions {path}: does not hold a plane (two finite, non-zero 1-D float vectors d1, "
+                        "d2 of one length); write it again with --save-directions")
+    if not isinstance(obj.get("layers"), list) or not isinstance(obj.get("model"), dict):
+        raise UserError(f"--directions {path}: names no model (layers, model); write it again with "
+                        "--save-directions")
     if obj["layers"] != bundle.ckpt["layers"] or obj["model"] != bundle.ckpt["model"]:
         n = sum(l["numel"] for l in obj["layers"])
         raise UserError(f"--directions {path}: made for another model ({obj['model'].get('name')}, {n} parameters) "
@@ -610,17 +624,23 @@ def load_directions(path, bundle, dir_type: str) -> tuple[Tensor, Tensor, dict]:
 
 
 def write_h5(path, res: dict, split: str = "train", **attrs) -> None:
-    """The surface in Li et al.'s loss-landscape layout (tomgoldstein/loss-landscape, ``crunch`` and ``plot_2D``):
-    ``xcoordinates`` [nx], ``ycoordinates`` [ny], ``{split}_loss`` and ``{split}_acc`` (accuracy in percent, as their
-    code writes it) of shape [ny, nx], entry [j, i] at (x_i, y_j), which is how their plot_2D.py and h5_to_vtp.py
-    read it (``X, Y = meshgrid(x, y)``); ``split`` is train or test as in their files."""
+    """The surface in Li et al.'s loss-landscape layout (tomgoldstein/loss-landscape, ``crunch``, ``plot_2D`` and
+    ``plot_1D``): a plane as ``xcoordinates`` [nx], ``ycoordinates`` [ny], ``{split}_loss`` and ``{split}_acc``
+    (accuracy in percent, as their code writes it) of shape [ny, nx], entry [j, i] at (x_i, y_j), which is how their
+    plot_2D.py and h52vtp.py read it (``X, Y = meshgrid(x, y)``); a line (``--other``) as ``xcoordinates`` [nx] (t:
+    0 at CKPT, 1 at the other model, their ``--model_file2`` interpolation) and ``{split}_loss``, ``{split}_acc``
+    [nx], which their plot_1D.py reads. ``split`` is train or test as in their files."""
     import h5py
+    line = res.get("mode") == "line"
     with h5py.File(path, "w") as fh:
-        fh["xcoordinates"] = np.asarray(res["a"], dtype=np.float64)
-        fh["ycoordinates"] = np.asarray(res["b"], dtype=np.float64)
-        fh[f"{split}_loss"] = np.asarray(res["loss"], dtype=np.float64).T
+        fh["xcoordinates"] = np.asarray(res["t"] if line else res["a"], dtype=np.float64)
+        if not line:
+            fh["ycoordinates"] = np.asarray(res["b"], dtype=np.float64)
+        loss = np.asarray(res["loss"], dtype=np.float64)
+        fh[f"{split}_loss"] = loss if line else loss.T
         if res.get("acc") is not None:
-            fh[f"{split}_acc"] = 100.0 * np.asarray(res["acc"], dtype=np.float64).T
+            acc = 100.0 * np.asarray(res["acc"], dtype=np.float64)
+            fh[f"{split}_acc"] = acc if line else acc.T
         for k, v in attrs.items():
             fh.attrs[k] = v if isinstance(v, (int, float)) else str(v)
 
@@ -724,7 +744,7 @@ def _check(args):
         if args.plane:
             raise UserError("--other draws a 1-D interpolation; leave out --plane (or --other)")
         refuse(args, ["range", "range_y", "norm", "include_1d", "orthogonalize", "clients_pair", "vmax",
-                      "save_directions", "directions", "h5"], "with --other (a 1-D interpolation has no plane)")
+                      "save_directions", "directions"], "with --other (a 1-D interpolation has no plane)")
         return
     if args.directions:
         if args.plane:
@@ -786,6 +806,10 @@ def compute(bundle, opts: Options) -> dict:
         res = line(f, theta, _flat(load(args.other), bundle, states, str(args.other)), data, n=args.grid,
                    extend=extend, **ev)
         res = {"mode": "line", "other": str(args.other), **common, **res}
+        if args.h5:
+            write_h5(args.h5, res, "test" if bundle.data == "test" else "train", checkpoint=str(args.ckpt),
+                     other=str(args.other), n_samples=int(len(bundle.y)), data=bundle.data)
+            res["h5"] = str(args.h5)
         res["summary"] = {"loss_a": res["loss_a"], "loss_b": res["loss_b"], "distance": res["distance"],
                           "points": len(res["t"])}
         res["_figure"] = {"log": log, "title": bundle.title(f"loss along the line to {Path(args.other).name} "
@@ -801,6 +825,12 @@ def compute(bundle, opts: Options) -> dict:
             raise UserError(f"--directions {args.directions}: {d1.numel()} entries for a {space.P}-entry vector")
         d1, d2 = d1.to(theta), d2.to(theta)
         extra = {"directions": str(args.directions), "directions_meta": meta}
+        if meta.get("window"):                   # a clients/update/pca plane: its window, scale and markers again
+            rng = tuple(tuple(map(float, w)) for w in meta["window"])
+            extra["isometric"] = bool(meta.get("isometric"))
+        same = str(meta.get("source")) == str(args.ckpt)
+        points = {(k if same else f"{k} (at the saving checkpoint's offset)"): tuple(map(float, v))
+                  for k, v in (meta.get("points") or {}).items()}
     elif plane == "random":
         d1, d2 = plane_random(space, theta, args.seed, args.orthogonalize, **dir_kw)
     elif plane == "clients":
@@ -826,7 +856,7 @@ def compute(bundle, opts: Options) -> dict:
         d1, d2, rng = pca["d1"], pca["d2"], _fit(pca["coords"])
         extra = {"explained": pca["explained"], "trajectory": pca["coords"].tolist(),
                  "rounds": [c["round"] for c in cks]}
-    if rng is not None:          # one range on both axes: the plane is drawn to scale, so make it square too
+    if rng is not None and plane != "file":   # one range on both axes: drawn to scale, so make it square too
         m = max(rng[0][1], rng[1][1])
         rng = ((-m, m), (-m, m))
     r_a = _range(args.range, rng[0] if rng else (-1.0, 1.0))
@@ -835,8 +865,11 @@ def compute(bundle, opts: Options) -> dict:
     res = {"mode": "plane", "plane": plane, "norm": dir_kw["norm"] if plane in ("random", "update") else None,
            "include_1d": bool(args.include_1d), **common, **extra, **res}
     if args.save_directions:
+        marked = {p["name"]: [p["a"], p["b"]] for p in res["points"]} if plane != "random" else {}
         save_directions(args.save_directions, d1, d2, bundle, dir_type=args.dir_type, plane=plane, seed=args.seed,
-                        norm=res["norm"], source=str(args.ckpt), round=int(bundle.ckpt["round"]))
+                        norm=res["norm"], source=str(args.ckpt), round=int(bundle.ckpt["round"]), points=marked,
+                        window=[[res["a"][0], res["a"][-1]], [res["b"][0], res["b"][-1]]] if rng else None,
+                        isometric=bool(extra.get("isometric")))
         res["saved_directions"] = str(args.save_directions)
     if args.h5:
         write_h5(args.h5, res, "test" if bundle.data == "test" else "train", checkpoint=str(args.ckpt),

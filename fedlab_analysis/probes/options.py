@@ -88,8 +88,9 @@ class Common:
     data: str | None = opt(None, "train (union of the clients' data; the default) | test | client:I")
     samples: int | None = opt(None, "evaluate on N samples drawn with --seed (default: all of --data)", lo=1)
     seed: int | None = opt(None, "seed of every random draw of the probe (default: 0)", lo=0, hi=SEED_MAX)
-    dtype: str = opt("float32", "floating-point type of the model, data and every product (float64: exact "
-                     "comparisons, about 2x slower)", choices=("float32", "float64"))
+    dtype: str | None = opt(None, "floating-point type of the model, the data and every product (default: "
+                            "float32; float64 for comparisons to the last digits)",
+                            choices=("float32", "float64"))
     bn_mode: str | None = opt(None, BN_HELP, choices=("train", "eval", "recalibrate"))
     bn_batch: int | None = opt(None, "BatchNorm batch size of --bn-mode train/recalibrate (default: the run's batch "
                                "size; 32 for a plain state_dict)", metavar="B")

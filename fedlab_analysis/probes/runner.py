@@ -95,7 +95,7 @@ def measure(name: str, opts, device=None, dtype=None) -> dict:
     """Probe ``name`` with options ``opts`` (its ``Options``; ``opts.ckpt`` one path or a list of paths)."""
     from ..device import resolve
     device = resolve(opts.device) if device is None else device
-    dtype = DTYPES[opts.dtype] if dtype is None else dtype
+    dtype = DTYPES[opts.dtype or "float32"] if dtype is None else dtype
     precheck(name, opts)
     paths = opts.ckpt if isinstance(opts.ckpt, list) else [opts.ckpt]
     if len(paths) == 1:
