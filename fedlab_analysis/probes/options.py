@@ -97,6 +97,8 @@ class Common:
     device: str = opt("auto", "auto | cpu | cuda | cuda:N")
     threads: int = opt(1, "torch CPU threads (1 was fastest for the small models measured)")
     quiet: bool = opt(False, "no progress bar on stderr")
+    dry_run: bool = opt(False, "print the memory plan (data, parameters, kept vectors, autograd graphs, in GiB, "
+                        "against the device's free memory) and stop before computing")
     data_dir: str | None = opt(None, "where the real dataset lives, if not where training saw it")
     model: str | None = opt(None, "CKPT is a plain state_dict of this registry model ("
                             f"{', '.join(MODELS)}), built for --dataset", metavar="NAME")

@@ -83,6 +83,11 @@ def on_bundle(name: str, bundle: common.Bundle, opts, given: dict) -> dict:
     if not common.has_batchnorm(bundle.model):
         common.refuse(dataclasses.replace(opts, **given), ["bn_mode", "bn_batch"],
                       f"on this {bundle.ckpt['model']['name']} (it has no BatchNorm)")
+    if getattr(opts, "dry_run", False):
+        from .dryrun import PLANNED, plan
+        if name not in PLANNED:
+            raise UserError(f"--dry-run plans {', '.join(PLANNED)}; the {name} probe has no plan")
+        return {**bundle.describe(), "device": str(bundle.theta.device), **plan(name, bundle, opts)}
     result = spec.compute(bundle, opts)
     described = bundle.describe()
     if not getattr(spec, "READS_DATA", True):
@@ -101,6 +106,8 @@ def measure(name: str, opts, device=None, dtype=None) -> dict:
     if len(paths) == 1:
         return one(name, opts, paths[0], device, dtype)[0]
     compare = getattr(PROBES[name], "compare", None)
+    if getattr(opts, "dry_run", False):
+        raise UserError("--dry-run plans one checkpoint at a time; give one CKPT")
     if compare is None:
         raise UserError(f"the {name} probe takes one checkpoint")
     runs = (one(name, copy.copy(opts), p, device, dtype) for p in paths)      # one at a time: a refusal stops early
