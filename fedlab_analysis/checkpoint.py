@@ -64,7 +64,8 @@ def read(path: str | os.PathLike, map_location="cpu") -> tuple[Path, object]:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if found:                                    # weights_only refused an object: nothing of it ran
             raise CheckpointError(f"{str(path)!r} holds an object {found.group(1)}, which fedlab_analysis never "
-                                  f"writes; refused unread (no code in it was run)") from None
+                                  f"writes; refused unread (no code in it was run). A whole pickled module: save "
+                                  f"model.state_dict() instead and probe it with --model or --model-factory") from None
         text = " ".join(str(e).split()).split(" Check the documentation")[0]
         first = (text.split("Unpickler error:")[-1].strip() or type(e).__name__).split(". ")[0][:160]
         raise CheckpointError(f"{str(path)!r} is truncated or not a torch checkpoint ({first}); "

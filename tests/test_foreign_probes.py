@@ -182,3 +182,11 @@ def test_the_readme_examples_run_as_written(tmp_path, monkeypatch, capsys):
     cell = re.search(r"```python\n(.*?)```", part, re.S).group(1)
     exec(cell, {})
     assert (tmp_path / "surface.png").stat().st_size > 0
+
+
+def test_a_whole_pickled_module_is_refused_unread_with_the_fix(trained, tmp_path, capsys):
+    d, ds, mlp, _ = trained
+    torch.save(mlp, tmp_path / "whole.pt")                      # the habit the probes cannot honour safely
+    code = probe.main(["hessian", str(tmp_path / "whole.pt"), "--model", "mlp", "--dataset", "digits"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "refused unread" in err and "state_dict()" in err, err
