@@ -106,7 +106,8 @@ def test_a_clients_plane_reused_keeps_its_window_and_markers(run_dir, tmp_path, 
     other = str(run_dir / "ckpt" / "round_0002.pt")
     _, moved, _ = _run(["landscape", other, "--samples", "30", "--grid", "5", "--directions", str(plane)],
                        capsys, tmp_path, "c.json")
-    assert moved["a"] == first["a"] and all("saving checkpoint" in p["name"] for p in moved["points"])
+    assert moved["a"] == first["a"] and all(p["name"].endswith("(saved)") for p in moved["points"])
+    assert "offsets from its own centre" in moved["points_note"]
 
 
 def test_drift_and_margin_explain_their_numbers_where_printed(run_dir, capsys):
@@ -133,3 +134,20 @@ def test_a_1d_h5_is_li_et_als_plot_1d_layout(run_dir, tmp_path, capsys):
     assert x.tolist() == r["t"] and train_loss.tolist() == r["loss"]
     assert train_acc.tolist() == pytest.approx([100 * a for a in r["acc"]], abs=1e-12)
     assert x[0] < 0 and 0.0 in x.tolist() and 1.0 in x.tolist()       # 0: CKPT, 1: --other, extended both ways
+
+
+def test_a_client_equal_to_the_global_model_spans_no_plane(run_dir, tmp_path, capsys):
+    """The sole client of a round ends equal to the global model: the default pair leaves it out, and asked for
+    explicitly it is refused in one line (before: a plane 1e8 wide around a vector of norm 1e-8)."""
+    from fedlab_analysis import checkpoint
+    ck = checkpoint.load(run_dir)
+    cl = ck["clients"]
+    last = [i for _, i in sorted((-int(r), i) for i, r in zip(cl["ids"], cl["rounds"].tolist()))]
+    w = torch.cat([ck["global"][n].reshape(-1) for n in [l["name"] for l in ck["layers"]]])
+    cl["models"][cl["ids"].index(last[0])] = w + 1e-9          # the last trainer: the global model, up to round-off
+    checkpoint.save({k: v for k, v in ck.items() if k not in ("format", "version")}, tmp_path / "c.pt")
+    base = ["landscape", str(tmp_path / "c.pt"), "--samples", "30", "--grid", "3", "--plane", "clients"]
+    code, r, _ = _run(base, capsys, tmp_path)
+    assert code == 0 and last[0] not in r["clients"], r["clients"]
+    code, _, cap = _run([*base, "--clients-pair", f"{last[0]},{last[1]}"], capsys, tmp_path)
+    assert code == 2 and "equal within round-off" in cap.err, cap.err

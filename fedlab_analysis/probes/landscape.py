@@ -108,9 +108,11 @@ def plane_through(theta0: Tensor, theta1: Tensor, theta2: Tensor) -> tuple[Tenso
     (theta1 is exactly (1, 0))."""
     d1 = theta1 - theta0
     u = theta2 - theta0
-    if d1.norm() == 0 or (u - (u @ d1) / (d1 @ d1) * d1).norm() == 0:
-        raise UserError("the three models are collinear (or two are equal), so they span no plane; "
-                        "pick two clients with different local models")
+    tiny = 1e3 * torch.finfo(theta0.dtype).eps * float(theta0.norm())     # round-off of the models' entries
+    if float(d1.norm()) <= tiny or float((u - (u @ d1) / (d1 @ d1) * d1).norm()) <= tiny:
+        raise UserError("the three models are collinear or two are equal within round-off (a client that "
+                        "trained last can equal the global model), so they span no plane; pick two clients with "
+                        "other local models (--clients-pair I,J)")
     d2 = _orthogonal(u, d1, d1.norm())
     coords = torch.tensor([[0.0, 0.0], [1.0, 0.0], [float((u @ d1) / (d1 @ d1)), float((u @ d2) / (d2 @ d2))]],
                           dtype=torch.float64)
@@ -556,7 +558,8 @@ class Options(Common):
     dir_type: str = opt("weights", "states: BatchNorm running statistics are part of the vector (Li et al.)",
                         choices=("weights", "states"))
     orthogonalize: bool = opt(False, "random plane: make d2 orthogonal to d1")
-    clients_pair: str | None = opt(None, "clients plane: two client ids I,J (default: the two that trained last)")
+    clients_pair: str | None = opt(None, "clients plane: two client ids I,J (default: the two that trained last "
+                                   "and differ from the global model)")
     extend: float | None = opt(None, "with --other: how far to continue past each model (default: 0.25)")
     batch_size: int | None = opt(None, "samples per forward pass and per Hessian-vector chunk of --plane hessian "
                                  "(memory only; default: 16384 // batch-points per forward, 1000 per HVP chunk)",
@@ -707,8 +710,11 @@ def _client_pair(bundle, text: str | None) -> list[int]:
     rounds = bundle.ckpt["clients"].get("rounds")
     rounds = [0] * len(bundle.client_ids) if rounds is None else [int(r) for r in rounds]
     trained = [i for _, i in sorted(((-r, i) for i, r in zip(bundle.client_ids, rounds) if r >= 0))]
-    if text is None:
-        pair = trained[:2]
+    if text is None:                 # the two that trained last, leaving out one equal to the global model (sole
+        tiny = 1e3 * torch.finfo(bundle.theta.dtype).eps * float(bundle.theta.norm())      # client of its round)
+        apart = [i for i in trained
+                 if float((bundle.clients[bundle.client_ids.index(i)] - bundle.theta).norm()) > tiny]
+        pair = apart[:2]
     else:
         try:
             pair = [int(v) for v in text.split(",")]
@@ -829,8 +835,10 @@ def compute(bundle, opts: Options) -> dict:
             rng = tuple(tuple(map(float, w)) for w in meta["window"])
             extra["isometric"] = bool(meta.get("isometric"))
         same = str(meta.get("source")) == str(args.ckpt)
-        points = {(k if same else f"{k} (at the saving checkpoint's offset)"): tuple(map(float, v))
-                  for k, v in (meta.get("points") or {}).items()}
+        points = {(k if same else f"{k} (saved)"): tuple(map(float, v)) for k, v in (meta.get("points") or {}).items()}
+        if points and not same:
+            extra["points_note"] = (f"the marked points are where {meta.get('source')} (round {meta.get('round')}) "
+                                    "saw them, offsets from its own centre; this centre is another model")
     elif plane == "random":
         d1, d2 = plane_random(space, theta, args.seed, args.orthogonalize, **dir_kw)
     elif plane == "clients":
