@@ -8,6 +8,14 @@
 2. One round of the stability probe (the base run and one coupled neighbouring run) against two rounds of the
    trainer's engine alone (the same work without the probe), interleaved. A ratio near 1 means the coupled runs
    are as fast as the trainer's rounds.
+3. ``--resnet N``: the hessian and trace probes on a ResNet-18-GN (11.2 M parameters, the papers' CIFAR model) at
+   N CIFAR-10-shaped samples (3x32x32; Gaussian images and random labels, since no CIFAR-10 files are on this
+   machine; the model at its initialisation), through the Python entry points (fedlab_analysis.hessian / .trace),
+   ours beside PyHessian 0.1 (``--backend pyhessian``, ``make extras-hessian``) on the same module and data: Hessian-
+   vector products, seconds, and the answers with their error (Lanczos residual bound; trace standard error).
+   PyHessian's trace stops when |mean_k - mean_{k-1}| / (mean_{k-1} + 1e-6) < tol, which a negative running mean
+   always meets, so a row with tol = -inf (never met) runs every probe.
+   On a GPU (gpu_check) the same function runs at full size; where none was lent the rows say "not measured".
 Prints Markdown tables for benchmarks/RESULTS.md.
 """
 from __future__ import annotations
@@ -77,11 +85,58 @@ def stability_rounds(repeats: int) -> None:
     print(f"| ratio | {min(tp) / min(tt):.2f} |")
 
 
+def resnet_beside_pyhessian(n: int, products: int, device: str = "cpu") -> None:
+    import fedlab_analysis as fl
+    from fedlab_analysis.models import build_model
+    model = build_model("resnet18gn", (3, 32, 32), 10).to(device)
+    g = torch.Generator().manual_seed(0)
+    data = (torch.randn(n, 3, 32, 32, generator=g).to(device), torch.randint(0, 10, (n,), generator=g).to(device))
+    P = sum(p.numel() for p in model.parameters())
+    print(f"ResNet-18-GN, P = {P:,}, {n} samples 3x32x32, {device}, {torch.get_num_threads()} thread(s)\n")
+    print("| question | tool | HVPs | s total | s / HVP | answer |\n|---|---|---|---|---|---|")
+    rows = {}
+    for tool, kw in (("ours (Lanczos, tol 1e-3)", {}), ("PyHessian 0.1 (power, tol 1e-3)", {"backend": "pyhessian"})):
+        t0 = time.perf_counter()
+        r = fl.hessian(model, data, top_k=1, normalised="off", tol=1e-3, **kw)
+        s = time.perf_counter() - t0
+        lam = r["eigenvalues"][0]
+        err = f" +- {r['residuals'][0]:.2g} (residual bound)" if "residuals" in r else ""
+        rows[("eig", tool)] = lam
+        print(f"| top eigenvalue | {tool} | {r['n_products']} | {s:.1f} | {s / r['n_products']:.2f} | "
+              f"{lam:.5g}{err} |")
+    for tool, kw in ((f"ours (Hutch++, {products} products)", {}),
+                     (f"ours (Hutchinson, {products} products)", {"method": "hutchinson"}),
+                     (f"PyHessian 0.1 (Hutchinson, maxIter {products}, tol 1e-3: its default stop)",
+                      {"backend": "pyhessian", "tol": 1e-3}),
+                     (f"PyHessian 0.1 (Hutchinson, maxIter {products}, tol -inf: every probe)",
+                      {"backend": "pyhessian", "tol": float("-inf")})):
+        t0 = time.perf_counter()
+        r = fl.trace(model, data, products=products, **kw)
+        s = time.perf_counter() - t0
+        se = r.get("stderr")
+        rows[("trace", tool)] = (r["trace"], se)
+        print(f"| trace | {tool} | {r['n_products']} | {s:.1f} | {s / r['n_products']:.2f} | {r['trace']:.5g}"
+              + (f" +- {se:.2g} ({r.get('n_probes')} probes)" if se else "") + " |")
+    (a, b) = [v for k, v in rows.items() if k[0] == "eig"]
+    print(f"\ntop eigenvalue: ours vs PyHessian differ by {abs(a - b) / abs(a):.1e} (relative)")
+    t = [v for k, v in rows.items() if k[0] == "trace"]
+    for i, what in ((2, "its default stop"), (3, "every probe")):
+        z = abs(t[0][0] - t[i][0]) / (t[0][1] ** 2 + t[i][1] ** 2) ** 0.5
+        print(f"trace: ours (Hutch++) vs PyHessian ({what}) differ by {z:.2f} combined standard errors")
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--resnet", type=int, default=0, metavar="N", help="only part 3, at N samples")
+    p.add_argument("--products", type=int, default=30, help="part 3: trace products")
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads at start\n")
+    if a.resnet:
+        torch.set_num_threads(1)
+        resnet_beside_pyhessian(a.resnet, a.products, a.device)
+        raise SystemExit
     hvp_threads(a.repeats)
     print()
     stability_rounds(a.repeats)

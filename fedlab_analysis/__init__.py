@@ -2,8 +2,10 @@
 FedInit family, self-describing checkpoints, and probes that put them under a microscope.
 
 For notebooks, the public names below are importable from the package itself, grouped by wing
-(``from fedlab_analysis import RunConfig, train_run, rebuild, compute_hessian``). Each is imported on
-first use only (module ``__getattr__``), so ``import fedlab_analysis`` loads neither torch nor matplotlib.
+(``from fedlab_analysis import RunConfig, train_run, rebuild, compute_hessian``); the probes that need no federation
+also take a plain ``nn.Module`` and data: ``fedlab_analysis.hessian(model, (x, y), top_k=3)`` (probes/plain.py).
+Each is imported on first use only (module ``__getattr__``), so ``import fedlab_analysis`` loads neither torch
+nor matplotlib.
 No public name equals a submodule's name (``train`` is the command line's module ``fedlab_analysis.train``,
 so the trainer's function is ``train_run``; ``plots.save`` is ``save_figure``): a submodule, once
 imported, would take that attribute of the package.
@@ -32,6 +34,7 @@ GROUPS: dict[str, dict[str, tuple[str, str]]] = {
         "rebuild": ("probes.common", "rebuild"),
         **{f"compute_{p}": (f"probes.{p}", "compute") for p in (
             "hessian", "trace", "density", "landscape", "consensus", "sharpness", "drift", "stability", "margin")},
+        **{p: ("probes.plain", p) for p in ("hessian", "trace", "density", "landscape", "sharpness", "margin")},
     },
     "studies": {
         "uniform_stability": ("studies.stability", "uniform_stability"),

@@ -41,6 +41,13 @@ def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
 
 def load(path: str | os.PathLike, map_location="cpu") -> dict:
     """Load and validate; any problem is one CheckpointError line naming the file and the fix."""
+    path, ckpt = read(path, map_location)
+    return validate(ckpt, path)
+
+
+def read(path: str | os.PathLike, map_location="cpu") -> tuple[Path, object]:
+    """(the file, what it holds) of a checkpoint file or run directory, read with ``torch.load(weights_only=True)``
+    and not yet validated (a probe reads a plain state_dict through here too); an unreadable file is one line."""
     path = Path(path)
     if path.is_dir():
         run_dir(path)
@@ -57,15 +64,22 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if found:                                    # weights_only refused an object: nothing of it ran
             raise CheckpointError(f"{str(path)!r} holds an object {found.group(1)}, which fedlab_analysis never "
-                                  f"writes; refused unread (no code in it was run)") from None
+                                  f"writes; refused unread (no code in it was run). A whole pickled module: save "
+                                  f"model.state_dict() instead and probe it with --model or --model-factory") from None
         text = " ".join(str(e).split()).split(" Check the documentation")[0]
         first = (text.split("Unpickler error:")[-1].strip() or type(e).__name__).split(". ")[0][:160]
         raise CheckpointError(f"{str(path)!r} is truncated or not a torch checkpoint ({first}); "
                               f"re-run or point at another file") from None
+    return path, ckpt
+
+
+def validate(ckpt, path) -> dict:
+    """``ckpt`` (read from ``path``) if it is a well-formed fedlab_analysis checkpoint; else one CheckpointError."""
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         what = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError(f"{str(path)!r} is not a fedlab_analysis checkpoint (format={what!r}); "
-                              f"probes read files written by `python -m fedlab_analysis.train`")
+                              f"give a file written by `python -m fedlab_analysis.train` (a probe also reads a plain "
+                              f"state_dict: add --model NAME or --model-factory FILE.py:callable, and --dataset)")
     if not isinstance(ckpt.get("version"), int) or ckpt["version"] > VERSION:
         raise CheckpointError(f"{str(path)!r} has format version {ckpt.get('version')!r}, newer than this "
                               f"fedlab_analysis reads ({VERSION}); upgrade fedlab_analysis")
@@ -99,6 +113,48 @@ def load_weights(path: str | os.PathLike, flag: str = "--init") -> dict:
         raise CheckpointError(f"{flag}: {str(p)!r} is neither a fedlab_analysis checkpoint nor a state_dict "
                               f"(a dict of name -> tensor)")
     return ck
+
+
+WRAPPERS = ("state_dict", "model", "model_state_dict", "net")   # where other tools keep the state_dict in a dict
+
+
+def state_dict_of(obj, where: str, strip_prefix: str | None = None) -> dict:
+    """The name -> tensor dict held by a plain state_dict file's content ``obj``: the dict itself, or one under
+    ``WRAPPERS`` (the first that holds one), with ``strip_prefix`` taken off every name that starts with it
+    (``module.`` of DataParallel). One CheckpointError line when it holds none."""
+    def plain(d):
+        return isinstance(d, dict) and d and all(isinstance(k, str) and torch.is_tensor(v) for k, v in d.items())
+    sd = obj if plain(obj) else next((obj[k] for k in WRAPPERS if isinstance(obj, dict) and plain(obj.get(k))), None)
+    if sd is None:
+        keys = f" (its keys: {', '.join(map(str, list(obj)[:6]))})" if isinstance(obj, dict) else ""
+        raise CheckpointError(f"{where} holds no state_dict (a dict of name -> tensor, or one under "
+                              f"{', '.join(WRAPPERS)}){keys}")
+    if strip_prefix:
+        sd = {k[len(strip_prefix):] if k.startswith(strip_prefix) else k: v for k, v in sd.items()}
+    return dict(sd)
+
+
+def fit_state(sd: dict, model, where: str, what: str) -> None:
+    """Load the state_dict ``sd`` into ``model`` strictly: a missing, unexpected or mis-shaped tensor, a
+    non-floating parameter or a non-finite value is one CheckpointError line naming the first few (``what``: the
+    model as the user named it)."""
+    want = model.state_dict()
+    missing = [n for n in want if n not in sd]
+    extra = [n for n in sd if n not in want]
+    wrong = [f"{n} {list(sd[n].shape)} (model: {list(want[n].shape)})" for n in want
+             if n in sd and tuple(sd[n].shape) != tuple(want[n].shape)]
+    hint = ""
+    heads = {n.split(".", 1)[0] + "." for n in extra if "." in n}
+    if extra and len(heads) == 1 and all(n.startswith(next(iter(heads))) for n in extra):
+        hint = f"; its names start with {next(iter(heads))!r}: try --strip-prefix {next(iter(heads))}"
+    said = [f"{how} {', '.join(names[:3])}{f' (+{len(names) - 3} more)' if len(names) > 3 else ''}"
+            for how, names in (("lacks", missing), ("has unexpected", extra), ("has wrong shapes for", wrong)) if names]
+    if said:
+        raise CheckpointError(f"{where}: the state_dict does not fit {what}: it {'; it '.join(said)}{hint}")
+    params = {n for n, _ in model.named_parameters()}
+    _tensors({n: sd[n] for n in params}, "state_dict", where, floating=True)
+    _tensors({n: v for n, v in sd.items() if n not in params}, "state_dict", where)
+    model.load_state_dict(sd, strict=True)
 
 
 def _load_as(p: Path, flag: str) -> dict:

@@ -2,9 +2,10 @@
 
 PROBE in hessian, trace, density (curvature), landscape, consensus, sharpness, drift, stability, margin (one line
 each below; `probe PROBE --help` says what it computes, the paper it serves and its cost). Every probe rebuilds the
-model and data from the checkpoint alone, prints a short summary (with the number of samples it used), writes its
-full result as JSON (``--json -`` to stdout) and its figure with ``--plot``. Long probes show a progress bar on
-stderr (``--quiet`` hides it). Bad input: one line, exit 2, nothing written.
+model and data from the checkpoint alone (or from a plain state_dict with --model NAME or --model-factory
+FILE.py:callable and --dataset), prints a short summary (with the number of samples it used), writes its full result
+as JSON (``--json -`` to stdout) and its figure with ``--plot``; ``--dry-run`` prints its memory plan instead. Long
+probes show a progress bar on stderr (``--quiet`` hides it). Bad input: one line, exit 2, nothing written.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def main(argv=None) -> int:
     else:
         summary = result.get("summary_text") or _summary(result)      # a table where the probe prints one
         print(json.dumps(summary, default=float) if not isinstance(summary, str) else summary)
+        for k, meaning in (result.get("legend") or {}).items():      # what each printed number is
+            print(f"  {k}: {meaning}")
         if args.json:                                 # a plain write: --json may name a pipe or /dev/stdout
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")

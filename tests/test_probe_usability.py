@@ -147,7 +147,7 @@ REFUSED_NEW = [("sharpness", ["--starts", "3"], "--starts"), ("sharpness", ["--e
                ("hessian", ["--per-layer", "--normalised", "on"], "--normalised"),
                ("hessian", ["--which", "SA", "--eta", "0.1"], "--eta"),
                ("landscape", ["--directions", "x.pt", "--plane", "hessian"], "--directions"),
-               ("landscape", ["--other", "x.pt", "--h5", "s.h5"], "--h5")]
+               ("landscape", ["--other", "x.pt", "--h5", "s.h5", "--save-directions", "d.pt"], "--save-directions")]
 
 
 @pytest.mark.parametrize("name, flags, needle", REFUSED_NEW)

@@ -27,10 +27,13 @@ def test_the_clients_table_moves_only_for_a_probe_that_reads_it(tmp_path, tiny_c
     b = seen[-1]
     assert b.clients_stored is b.ckpt["clients"]["models"]             # as loaded, not a copy
     assert b._clients is None and b.clients_stored.dtype == torch.float32      # never converted: never read
-    assert probe.main(["consensus", str(tmp_path / "r"), "--json", str(tmp_path / "c.json"), *f64]) == 0
+    assert probe.main(["landscape", str(tmp_path / "r"), "--plane", "clients", "--grid", "2", "--samples", "20",
+                       "--json", str(tmp_path / "c.json"), *f64]) == 0
     b = seen[-1]
     assert b._clients is not None and b._clients.dtype == torch.float64          # read: moved once, to the probe's
     assert b.clients is b._clients and torch.equal(b.clients.float(), b.clients_stored)
+    assert probe.main(["consensus", str(tmp_path / "r"), "--json", str(tmp_path / "c.json"), "--quiet"]) == 0
+    assert seen[-1]._clients is None        # consensus reads the stored table at its own precision (--dtype refused)
 
 
 def test_a_run_without_the_table_gives_none(tmp_path, tiny_cfg, monkeypatch):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -60,6 +61,7 @@ class Bundle:
     n_available: int | None = None       # samples of --data before --samples drew a subset
     layout: list[int] | None = None      # train-mode BatchNorm: consecutive samples of one client each
     sample_index: torch.Tensor | None = None   # the dataset indices of X (train split) in X's order
+    loss: object = "ce"                  # 'ce', 'mse' or a callable (logits, y) -> mean loss (the Python entry points)
 
     def __post_init__(self):
         self._clients = None
@@ -77,7 +79,9 @@ class Bundle:
     def describe(self) -> dict:
         c = self.config
         bn = has_batchnorm(self.model)
+        source = {"source": self.ckpt["source"]} if "source" in self.ckpt else {}    # a plain state_dict's origin
         return {"algo": c["algo"], "dataset": c["dataset"], "model": c["model"], "round": int(self.ckpt["round"]),
+                **source,
                 "data": self.data, "n_samples": int(len(self.y)), "n_available": self.n_available,
                 "n_params": int(self.space.P),
                 "batchnorm": bn, "bn_mode": self.bn_mode if bn else "n/a (no BatchNorm)",
@@ -90,7 +94,10 @@ class Bundle:
         c = self.config
         bn = f", BN {self.bn_mode}" if has_batchnorm(self.model) else ""
         of = f" of {self.n_available}" if self.n_available and self.n_available != len(self.y) else ""
-        return (f"{c['algo']}, {c['model']} on {c['dataset']}, round {int(self.ckpt['round'])}: {what}\n"
+        src = self.ckpt.get("source")
+        run = (f"{Path(src.get('weights') or 'module').name} ({Path(c['model']).name}) on {c['dataset']}" if src
+               else f"{c['algo']}, {c['model']} on {c['dataset']}, round {int(self.ckpt['round'])}")
+        return (f"{run}: {what}\n"
                 f"({self.data} data, {len(self.y)}{of} samples{bn})")
 
 
@@ -226,10 +233,11 @@ def pick_samples(ds, ckpt: dict, data: str, samples: int | None = None, seed: in
 
 def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: int = 0,
             dtype=torch.float32, device="cpu", data_dir: str | None = None, dataset=None, bn_mode: str = "train",
-            bn_batch: int | None = None) -> Bundle:
+            bn_batch: int | None = None, model: nn.Module | None = None) -> Bundle:
     """The Bundle of a checkpoint (module docstring). ``bn_batch`` defaults to the run's training batch size;
     ``dataset`` gives the data of a run trained on in-memory data (``Dataset.from_tensors``), which the checkpoint
-    names but does not store."""
+    names but does not store; ``model``: the module to probe instead of the registry's (a copy is taken; a plain
+    state_dict's ``--model-factory`` module, probes/foreign.py)."""
     if bn_mode not in BN_MODES:
         raise UserError(f"--bn-mode: unknown {bn_mode!r}; use one of {', '.join(BN_MODES)}")
     if bn_batch is not None and bn_batch < 2:
@@ -239,7 +247,8 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
                                                           seed=cfg["seed"])
     consistent(ckpt, "checkpoint", len(ds.y_train))          # partition indices within this data
     spec = ckpt["model"]
-    model = build_model(spec["name"], tuple(spec["input_shape"]), spec["n_classes"], **spec.get("kwargs", {}))
+    model = copy.deepcopy(model) if model is not None else \
+        build_model(spec["name"], tuple(spec["input_shape"]), spec["n_classes"], **spec.get("kwargs", {}))
     model.load_state_dict({**ckpt["global"], **ckpt.get("buffers", {})}, strict=False)
     model.to(device=device, dtype=dtype).eval()
     space = ParamSpace.from_table(ckpt["layers"])
@@ -258,11 +267,16 @@ def rebuild(ckpt: dict, data: str = "train", samples: int | None = None, seed: i
                   bn_batch, n_available, layout, sample_index)
 
 
-def require_clients(b: Bundle, what: str) -> torch.Tensor:
-    if b.clients is None:
+def require_clients(b: Bundle, what: str, stored: bool = False) -> torch.Tensor:
+    """The clients' last local models on the probe's device and dtype (``stored``: as the checkpoint holds them,
+    on the probe's device, in their own dtype), or one line saying what is missing."""
+    if "source" in b.ckpt:
+        raise UserError(f"{what} needs the clients' last local models of a federated run (a fedlab_analysis "
+                        f"checkpoint trained with --keep-clients true); a plain state_dict holds one model")
+    if b.clients_stored is None:
         raise UserError(f"{what} needs the clients' last local models, which this checkpoint did not keep; "
                         f"re-run training with --keep-clients true")
-    return b.clients
+    return b.clients_stored.to(b.theta.device) if stored else b.clients
 
 
 # ---- shared by the federated probes -------------------------------------------------------------------------

@@ -233,15 +233,16 @@ def from_checkpoint(bundle, by: str = "block", weights: str = "uniform", chunk: 
     """The forms one checkpoint supports: FedALS's CD over all clients' last local models, and the round forms of
     the last round (its clients are those with rounds == round - 1). FedSMOO Table 2's row needs w^t, known only
     when the algorithm kept its last global update (FedLESAM: w^t = w^{t+1} - last_update). The clients' table is
-    read chunk by chunk of clients (never copied whole)."""
-    clients = require_clients(bundle, "the consensus probe")
+    read chunk by chunk of clients (never copied whole), at the precision it was stored in (float64 sums), so
+    --dtype cannot act."""
+    clients = require_clients(bundle, "the consensus probe", stored=True)     # a float64 run's table stays exact
     ck = bundle.ckpt
     T = int(ck["round"])
     rounds = torch.as_tensor(ck["clients"]["rounds"]).cpu()
     sizes = torch.tensor([len(ix) for ix in ck["partition"]["indices"]])
     sel = (rounds == T - 1).nonzero().flatten()
     q = client_weights(len(clients), weights, sizes)
-    w = bundle.theta.to(torch.float64)
+    w = bundle.space.flatten(ck["global"]).to(bundle.theta.device, torch.float64)
     out = {"fedals_cd_all_clients": fedals_cd(clients, bundle.space, q, by, chunk=chunk)}
     notes = []
     if len(sel):
@@ -333,8 +334,9 @@ DESCRIBE = ("How far the clients' last local models lie from their centre: FedAL
             "checkpoint's stored client models only, no data.")
 COST = "cost: no pass over the data; one sweep over the clients' stored models (seconds)."
 READS_DATA = False
-IGNORES = (("data", "samples", "seed", "bn_mode", "bn_batch"),
-           "with the consensus probe (it compares the stored models and reads no data)")
+IGNORES = (("data", "samples", "seed", "bn_mode", "bn_batch", "dtype"),
+           "with the consensus probe (it compares the stored models, always in float64, and reads no data)")
+NEEDS_RUN = True      # a plain state_dict is refused (probes/foreign.py): this probe reads the federation
 HOOK_NAMES = ("consensus",)
 
 

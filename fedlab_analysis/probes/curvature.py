@@ -384,7 +384,7 @@ def _ask(question, args, bundle, data, spec) -> dict:
                             ) from None
     op = HessianOperator(bundle.f, bundle.theta, data, batch_size=args.batch_size if args.minibatch is None
                          else None, weight_decay=args.wd, backend=args.hvp, params=spec, space=bundle.space,
-                         keep_graph=_KEEP[args.keep_graph])
+                         keep_graph=_KEEP[args.keep_graph], loss=getattr(bundle, "loss", "ce"))
     from .common import bar
     if question == "hessian":
         total = min(op.dim, max(args.max_iter or max(100, 10 * args.top_k), args.top_k)) \
@@ -488,7 +488,8 @@ def run(question, args, bundle) -> dict:
             rows = per_layer(bundle.f, bundle.theta, data, bundle.space, by=args.by, k=args.top_k, which=args.which,
                              method=args.method, tol=args.tol, max_iter=args.max_iter, trace_products=args.products,
                              seed=args.seed, progress=pb, batch_size=args.batch_size if args.minibatch is None
-                             else None, weight_decay=args.wd, backend=args.hvp, keep_graph=_KEEP[args.keep_graph])
+                             else None, weight_decay=args.wd, backend=args.hvp, keep_graph=_KEEP[args.keep_graph],
+                             loss=getattr(bundle, "loss", "ce"))
     else:
         rows = {label: _ask(question, args, bundle, data, spec)
                 for label, spec in layer_specs(bundle.space, args.by).items()}

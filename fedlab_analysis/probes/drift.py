@@ -261,6 +261,7 @@ HELP = "FedLESAM's perturbation estimate vs staleness"
 DESCRIBE = ("FedLESAM's estimate of the global perturbation from the last global update against the true one, "
             "by the clients' staleness (FedLESAM Sec. 4.1, Fig. 2 left).")
 COST = "cost: one gradient pass over the samples."
+NEEDS_RUN = True      # a plain state_dict is refused (probes/foreign.py): this probe reads the federation
 HOOK_NAMES = ("drift",)
 
 
@@ -287,7 +288,32 @@ def compute(bundle, opts: Options) -> dict:
     """
     q = from_checkpoint(bundle, opts.batch_size)
     summary = {**flat_quality(q), "n_samples": len(bundle.y)}
-    return {**q, "summary": summary, "_title": bundle.title("global-direction estimators against grad F")}
+    return {**q, "summary": summary, "legend": legend(summary, LEGEND),
+            "_title": bundle.title("global-direction estimators against grad F")}
+
+
+LEGEND = {   # what each printed number is (summary keys; lesam_cos_sK stands for every staleness K)
+    "grad_norm": "||grad F(w)||, F the mean loss over the samples at the global model w",
+    "lesam_cos": "cos(w_i^old - w, grad F(w)) of FedLESAM's estimate (Eq. 3), mean over the clients that have "
+                 "trained (cos(w^{t-1} - w^t, grad F(w^t)) with --lesam-source last_global_update)",
+    "lesam_cos_sK": "the same mean over the clients whose estimate is K rounds stale (they last trained K rounds "
+                    "before this checkpoint; FedLESAM Fig. 2 left)",
+    "smoo_cos_s_grad": "cos(s, grad F(w)) of FedSMOO's server perturbation s",
+    "fedcm_cos_D_grad": "cos(Delta, grad F(w)) of FedCM's momentum Delta",
+    "fedcm_rel_err": "||Delta - grad F(w)|| / ||grad F(w)|| (FedCM Lemma 4.1)",
+}
+
+
+def legend(summary: dict, meanings: dict) -> dict:
+    """What each number of ``summary`` is, in its order (``meanings``; a key ending in _s and a number K is
+    explained once under its name with K); the command line prints it under the summary."""
+    import re
+    out = {}
+    for k in summary:
+        name = re.sub(r"_s\d+$", "_sK", k)
+        if name in meanings:
+            out.setdefault(name, meanings[name])
+    return out
 
 
 def plot(result: dict, path) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..params import Layer, ParamSpace, functional
+from . import foreign
 from .options import Common, opt
 
 
@@ -106,9 +108,11 @@ def plane_through(theta0: Tensor, theta1: Tensor, theta2: Tensor) -> tuple[Tenso
     (theta1 is exactly (1, 0))."""
     d1 = theta1 - theta0
     u = theta2 - theta0
-    if d1.norm() == 0 or (u - (u @ d1) / (d1 @ d1) * d1).norm() == 0:
-        raise UserError("the three models are collinear (or two are equal), so they span no plane; "
-                        "pick two clients with different local models")
+    tiny = 1e3 * torch.finfo(theta0.dtype).eps * float(theta0.norm())     # round-off of the models' entries
+    if float(d1.norm()) <= tiny or float((u - (u @ d1) / (d1 @ d1) * d1).norm()) <= tiny:
+        raise UserError("the three models are collinear or two are equal within round-off (a client that "
+                        "trained last can equal the global model), so they span no plane; pick two clients with "
+                        "other local models (--clients-pair I,J)")
     d2 = _orthogonal(u, d1, d1.norm())
     coords = torch.tensor([[0.0, 0.0], [1.0, 0.0], [float((u @ d1) / (d1 @ d1)), float((u @ d2) / (d2 @ d2))]],
                           dtype=torch.float64)
@@ -131,8 +135,8 @@ def plane_update(space: ParamSpace, theta: Tensor, update: Tensor, seed: int, *,
 
 
 def plane_hessian(f, theta: Tensor, data: tuple[Tensor, Tensor], space: ParamSpace | None = None,
-                  params: str | None = None, seed: int = 0, batch_size: int | None = 1000, **kwargs):
-    """The plane of the top two Hessian eigenvectors (unit norm) of the mean cross-entropy at theta,
+                  params: str | None = None, seed: int = 0, batch_size: int | None = 1000, loss="ce", **kwargs):
+    """The plane of the top two Hessian eigenvectors (unit norm) of the mean ``loss`` at theta,
     from the curvature probe's Lanczos (``kwargs`` go to its ``top_eigenvalues``: tol, max_iter, method).
 
     ``params`` (a ParamSpace spec such as 'group:h', needs ``space``) restricts H to those coordinates; the
@@ -142,7 +146,7 @@ def plane_hessian(f, theta: Tensor, data: tuple[Tensor, Tensor], space: ParamSpa
     from .curvature import HessianOperator, top_eigenvalues  # the curvature probe, imported on use
 
     from .common import bar
-    op = HessianOperator(f, theta, data, params=params, space=space, batch_size=batch_size)
+    op = HessianOperator(f, theta, data, params=params, space=space, batch_size=batch_size, loss=loss)
     with bar(None, "hessian plane: Hessian-vector product", "HVP") as op.progress:
         out = top_eigenvalues(op, 2, seed=seed, **kwargs)
     op.progress = None
@@ -198,6 +202,15 @@ def _per_sample(loss, out: Tensor, y: Tensor) -> Tensor:
     if loss == "mse":
         return (out - y.view(1, *out.shape[1:])).pow(2).reshape(*out.shape[:2], -1).mean(-1)
     return loss(out, y)
+
+
+def per_sample(loss):
+    """'ce' / 'mse' as they are; a callable mean loss ``(logits, y) -> scalar`` (the Python entry points) as the
+    [B, n] form ``_evaluate`` sums: each point's mean loss times the chunk's n, so the sums over chunks divided by
+    N are the mean (exact for a loss that averages over its batch, as F.cross_entropy does)."""
+    if isinstance(loss, str):
+        return loss
+    return lambda out, y: torch.stack([loss(o, y) for o in out]).unsqueeze(1).expand(-1, len(y)).contiguous()
 
 
 def _evaluate(f, thetas_of, coords: Tensor, data, *, loss="ce", batch_points="auto", chunk=16384,
@@ -545,7 +558,8 @@ class Options(Common):
     dir_type: str = opt("weights", "states: BatchNorm running statistics are part of the vector (Li et al.)",
                         choices=("weights", "states"))
     orthogonalize: bool = opt(False, "random plane: make d2 orthogonal to d1")
-    clients_pair: str | None = opt(None, "clients plane: two client ids I,J (default: the two that trained last)")
+    clients_pair: str | None = opt(None, "clients plane: two client ids I,J (default: the two that trained last "
+                                   "and differ from the global model)")
     extend: float | None = opt(None, "with --other: how far to continue past each model (default: 0.25)")
     batch_size: int | None = opt(None, "samples per forward pass and per Hessian-vector chunk of --plane hessian "
                                  "(memory only; default: 16384 // batch-points per forward, 1000 per HVP chunk)",
@@ -557,8 +571,9 @@ class Options(Common):
     directions: str | None = opt(None, "draw the plane of a --save-directions FILE (checked to be of this model) "
                                  "instead of --plane", metavar="FILE")
     h5: str | None = opt(None, "also write the surface in the HDF5 layout of Li et al.'s loss-landscape code "
-                         "(xcoordinates, ycoordinates, train_loss, train_acc in %%; needs h5py: the landscape-h5 "
-                         "extra)", metavar="FILE")
+                         "(xcoordinates, ycoordinates, train_loss, train_acc in %% for their plot_2D.py and "
+                         "h52vtp.py; with --other the 1-D line: xcoordinates, train_loss, train_acc for their "
+                         "plot_1D.py; needs h5py: the landscape-h5 extra)", metavar="FILE")
     batch_points: str = opt("auto", "grid points per vmapped forward ('auto': 1 on CPU from 512 samples on, "
                             "memory-bounded on GPU)", parse=_batch_points)
 
@@ -581,12 +596,25 @@ def save_directions(path, d1: Tensor, d2: Tensor, bundle, **meta) -> None:
 def load_directions(path, bundle, dir_type: str) -> tuple[Tensor, Tensor, dict]:
     """(d1, d2, meta) of a :func:`save_directions` file, refused in one line unless it was made for this model
     (same layer names, shapes and order) and the same --dir-type."""
+    from ..checkpoint import read
+    from ..errors import CheckpointError
+    if Path(path).is_dir():
+        raise UserError(f"--directions {path}: is a folder; give a file written with --save-directions")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001  missing, truncated, not a torch file
-        raise UserError(f"--directions {path}: cannot be read ({' '.join(str(e).split())[:120]})") from None
+        _, obj = read(path)                        # torch.load(weights_only=True), its refusal in one full line
+    except CheckpointError as e:
+        raise UserError(f"--directions: {e}".replace(" torch checkpoint", " torch file")) from None
     if not isinstance(obj, dict) or obj.get("format") != DIRECTIONS:
         raise UserError(f"--directions {path}: not a directions file (write one with --save-directions)")
+    d1, d2 = obj.get("d1"), obj.get("d2")
+    if not (torch.is_tensor(d1) and torch.is_tensor(d2) and d1.dim() == d2.dim() == 1 and d1.shape == d2.shape
+            and d1.is_floating_point() and d2.is_floating_point() and bool(torch.isfinite(d1).all())
+            and bool(torch.isfinite(d2).all()) and float(d1.norm()) > 0 and float(d2.norm()) > 0):
+        raise UserError(f"--directions {path}: does not hold a plane (two finite, non-zero 1-D float vectors d1, "
+                        "d2 of one length); write it again with --save-directions")
+    if not isinstance(obj.get("layers"), list) or not isinstance(obj.get("model"), dict):
+        raise UserError(f"--directions {path}: names no model (layers, model); write it again with "
+                        "--save-directions")
     if obj["layers"] != bundle.ckpt["layers"] or obj["model"] != bundle.ckpt["model"]:
         n = sum(l["numel"] for l in obj["layers"])
         raise UserError(f"--directions {path}: made for another model ({obj['model'].get('name')}, {n} parameters) "
@@ -599,17 +627,23 @@ def load_directions(path, bundle, dir_type: str) -> tuple[Tensor, Tensor, dict]:
 
 
 def write_h5(path, res: dict, split: str = "train", **attrs) -> None:
-    """The surface in Li et al.'s loss-landscape layout (tomgoldstein/loss-landscape, ``crunch`` and ``plot_2D``):
-    ``xcoordinates`` [nx], ``ycoordinates`` [ny], ``{split}_loss`` and ``{split}_acc`` (accuracy in percent, as their
-    code writes it) of shape [ny, nx], entry [j, i] at (x_i, y_j), which is how their plot_2D.py and h5_to_vtp.py
-    read it (``X, Y = meshgrid(x, y)``); ``split`` is train or test as in their files."""
+    """The surface in Li et al.'s loss-landscape layout (tomgoldstein/loss-landscape, ``crunch``, ``plot_2D`` and
+    ``plot_1D``): a plane as ``xcoordinates`` [nx], ``ycoordinates`` [ny], ``{split}_loss`` and ``{split}_acc``
+    (accuracy in percent, as their code writes it) of shape [ny, nx], entry [j, i] at (x_i, y_j), which is how their
+    plot_2D.py and h52vtp.py read it (``X, Y = meshgrid(x, y)``); a line (``--other``) as ``xcoordinates`` [nx] (t:
+    0 at CKPT, 1 at the other model, their ``--model_file2`` interpolation) and ``{split}_loss``, ``{split}_acc``
+    [nx], which their plot_1D.py reads. ``split`` is train or test as in their files."""
     import h5py
+    line = res.get("mode") == "line"
     with h5py.File(path, "w") as fh:
-        fh["xcoordinates"] = np.asarray(res["a"], dtype=np.float64)
-        fh["ycoordinates"] = np.asarray(res["b"], dtype=np.float64)
-        fh[f"{split}_loss"] = np.asarray(res["loss"], dtype=np.float64).T
+        fh["xcoordinates"] = np.asarray(res["t"] if line else res["a"], dtype=np.float64)
+        if not line:
+            fh["ycoordinates"] = np.asarray(res["b"], dtype=np.float64)
+        loss = np.asarray(res["loss"], dtype=np.float64)
+        fh[f"{split}_loss"] = loss if line else loss.T
         if res.get("acc") is not None:
-            fh[f"{split}_acc"] = 100.0 * np.asarray(res["acc"], dtype=np.float64).T
+            acc = 100.0 * np.asarray(res["acc"], dtype=np.float64)
+            fh[f"{split}_acc"] = acc if line else acc.T
         for k, v in attrs.items():
             fh.attrs[k] = v if isinstance(v, (int, float)) else str(v)
 
@@ -676,8 +710,11 @@ def _client_pair(bundle, text: str | None) -> list[int]:
     rounds = bundle.ckpt["clients"].get("rounds")
     rounds = [0] * len(bundle.client_ids) if rounds is None else [int(r) for r in rounds]
     trained = [i for _, i in sorted(((-r, i) for i, r in zip(bundle.client_ids, rounds) if r >= 0))]
-    if text is None:
-        pair = trained[:2]
+    if text is None:                 # the two that trained last, leaving out one equal to the global model (sole
+        tiny = 1e3 * torch.finfo(bundle.theta.dtype).eps * float(bundle.theta.norm())      # client of its round)
+        apart = [i for i in trained
+                 if float((bundle.clients[bundle.client_ids.index(i)] - bundle.theta).norm()) > tiny]
+        pair = apart[:2]
     else:
         try:
             pair = [int(v) for v in text.split(",")]
@@ -713,7 +750,7 @@ def _check(args):
         if args.plane:
             raise UserError("--other draws a 1-D interpolation; leave out --plane (or --other)")
         refuse(args, ["range", "range_y", "norm", "include_1d", "orthogonalize", "clients_pair", "vmax",
-                      "save_directions", "directions", "h5"], "with --other (a 1-D interpolation has no plane)")
+                      "save_directions", "directions"], "with --other (a 1-D interpolation has no plane)")
         return
     if args.directions:
         if args.plane:
@@ -760,18 +797,25 @@ def compute(bundle, opts: Options) -> dict:
                        else (bundle.space, bundle.f, bundle.theta))
     data, bp = (bundle.X, bundle.y), args.batch_points
     common = {"seed": args.seed, "dir_type": args.dir_type}
-    ev = {"batch_points": bp}
+    ev = {"batch_points": bp, "loss": per_sample(getattr(bundle, "loss", "ce"))}
     if args.batch_size:
         B = args.batch_size
         ev["chunk"] = B * (1 if bp == "auto" else int(bp))
     log = args.log
 
+    if foreign.is_foreign(bundle.ckpt) and (plane or "random") in ("clients", "update", "pca"):
+        raise UserError(f"--plane {plane} {foreign.NEEDS}; use --plane random or hessian, or --other FILE")
     if args.other:
         from ..checkpoint import load
+        load = partial(foreign.like, bundle) if foreign.is_foreign(bundle.ckpt) else load
         extend = 0.25 if args.extend is None else args.extend
         res = line(f, theta, _flat(load(args.other), bundle, states, str(args.other)), data, n=args.grid,
                    extend=extend, **ev)
         res = {"mode": "line", "other": str(args.other), **common, **res}
+        if args.h5:
+            write_h5(args.h5, res, "test" if bundle.data == "test" else "train", checkpoint=str(args.ckpt),
+                     other=str(args.other), n_samples=int(len(bundle.y)), data=bundle.data)
+            res["h5"] = str(args.h5)
         res["summary"] = {"loss_a": res["loss_a"], "loss_b": res["loss_b"], "distance": res["distance"],
                           "points": len(res["t"])}
         res["_figure"] = {"log": log, "title": bundle.title(f"loss along the line to {Path(args.other).name} "
@@ -787,6 +831,14 @@ def compute(bundle, opts: Options) -> dict:
             raise UserError(f"--directions {args.directions}: {d1.numel()} entries for a {space.P}-entry vector")
         d1, d2 = d1.to(theta), d2.to(theta)
         extra = {"directions": str(args.directions), "directions_meta": meta}
+        if meta.get("window"):                   # a clients/update/pca plane: its window, scale and markers again
+            rng = tuple(tuple(map(float, w)) for w in meta["window"])
+            extra["isometric"] = bool(meta.get("isometric"))
+        same = str(meta.get("source")) == str(args.ckpt)
+        points = {(k if same else f"{k} (saved)"): tuple(map(float, v)) for k, v in (meta.get("points") or {}).items()}
+        if points and not same:
+            extra["points_note"] = (f"the marked points are where {meta.get('source')} (round {meta.get('round')}) "
+                                    "saw them, offsets from its own centre; this centre is another model")
     elif plane == "random":
         d1, d2 = plane_random(space, theta, args.seed, args.orthogonalize, **dir_kw)
     elif plane == "clients":
@@ -800,7 +852,8 @@ def compute(bundle, opts: Options) -> dict:
         points = {"previous global": [-1.0, 0.0]}
         rng, extra = ((-1.5, 1.5), (-1.5, 1.5)), {"update_from": source, "isometric": True}
     elif plane == "hessian":
-        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed, batch_size=args.batch_size or 1000)
+        d1, d2, eig = plane_hessian(f, theta, data, seed=args.seed, batch_size=args.batch_size or 1000,
+                                    loss=getattr(bundle, "loss", "ce"))
         extra = {"eigenvalues": eig}
     else:
         cks = [c for c in _run_checkpoints(args.ckpt) if c["round"] < bundle.ckpt["round"]] + [bundle.ckpt]
@@ -811,7 +864,7 @@ def compute(bundle, opts: Options) -> dict:
         d1, d2, rng = pca["d1"], pca["d2"], _fit(pca["coords"])
         extra = {"explained": pca["explained"], "trajectory": pca["coords"].tolist(),
                  "rounds": [c["round"] for c in cks]}
-    if rng is not None:          # one range on both axes: the plane is drawn to scale, so make it square too
+    if rng is not None and plane != "file":   # one range on both axes: drawn to scale, so make it square too
         m = max(rng[0][1], rng[1][1])
         rng = ((-m, m), (-m, m))
     r_a = _range(args.range, rng[0] if rng else (-1.0, 1.0))
@@ -820,8 +873,11 @@ def compute(bundle, opts: Options) -> dict:
     res = {"mode": "plane", "plane": plane, "norm": dir_kw["norm"] if plane in ("random", "update") else None,
            "include_1d": bool(args.include_1d), **common, **extra, **res}
     if args.save_directions:
+        marked = {p["name"]: [p["a"], p["b"]] for p in res["points"]} if plane != "random" else {}
         save_directions(args.save_directions, d1, d2, bundle, dir_type=args.dir_type, plane=plane, seed=args.seed,
-                        norm=res["norm"], source=str(args.ckpt), round=int(bundle.ckpt["round"]))
+                        norm=res["norm"], source=str(args.ckpt), round=int(bundle.ckpt["round"]), points=marked,
+                        window=[[res["a"][0], res["a"][-1]], [res["b"][0], res["b"][-1]]] if rng else None,
+                        isometric=bool(extra.get("isometric")))
         res["saved_directions"] = str(args.save_directions)
     if args.h5:
         write_h5(args.h5, res, "test" if bundle.data == "test" else "train", checkpoint=str(args.ckpt),

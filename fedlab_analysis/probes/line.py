@@ -91,7 +91,7 @@ def run(p, args, outputs: bool = True) -> dict:
         args.ckpt = args.ckpt[0]
     result = runner.measure(args.probe, options_of(args))
     result["setting_sources"] = given
-    if args.plot:                                    # the figure first: a failure in it leaves no JSON behind
+    if args.plot and not result.get("dry_run"):      # the figure first: a failure in it leaves no JSON behind
         PROBES[args.probe].plot(result, args.plot)
     return runner.public(result)
 

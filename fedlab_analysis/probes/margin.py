@@ -184,6 +184,16 @@ def margin_bound(model: nn.Module, space, theta: torch.Tensor, X: torch.Tensor, 
 
 
 # ---- command line ----------------------------------------------------------------------------------------
+LEGEND = {   # what each printed number is
+    "bound": "FedSMOO Thm 4.4 as displayed, its O(.) constant taken as 1: margin_loss + sqrt((L^2 L_n^2 d ln(dL) "
+             "V_L + ln(LD/p)) / ((D-1) margin^2)); a bound on the 0-1 test error, so any value above 1 is vacuous",
+    "bound_explicit": "the same with the constants of the theorem's proof (App. C.2); also vacuous above 1",
+    "margin_loss": "G~_eps (Eq. 15): the fraction of samples whose margin at w + s is at most the margin eps",
+    "margin": "eps (--margin, else the --quantile of the positive margins)",
+    "V_L": "Eq. (16): prod_l ||W_l||_2^2 * sum_l ||W_l||_F^2 / ||W_l||_2^2 over the Linear/Conv weights",
+    "bias_free": "whether every parameter is a Linear/Conv weight, as the theorem assumes",
+    "D": "the number of samples",
+}
 HELP = "FedSMOO Thm 4.4's margin generalisation bound"
 DESCRIBE = ("The margin-based generalisation bound of FedSMOO Theorem 4.4 (spectral and Frobenius norms of the "
             "layers, margin loss), at the checkpoint or at its SAM-perturbed point.")
@@ -245,6 +255,10 @@ def compute(b, opts: Options) -> dict:
     if rho is not None:
         r["rho"], r["rho_source"] = rho, "default" if opts.rho is None else "--rho"
     r["summary"] = {k: r[k] for k in ("bound", "bound_explicit", "margin_loss", "margin", "V_L", "bias_free", "D")}
+    from .drift import legend
+    r["legend"] = legend(r["summary"], LEGEND)
+    if min(r["bound"], r["bound_explicit"]) > 1:
+        r["legend"]["note"] = "both bounds exceed 1, so they say nothing about this model's error: compare orderings"
     r["_title"] = b.title(f"FedSMOO Thm 4.4 margin bound (perturbation {how}, p = {opts.p:g})")
     return r
 

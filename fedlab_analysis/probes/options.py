@@ -13,6 +13,8 @@ import argparse
 import dataclasses
 from dataclasses import dataclass, fields
 
+from ..data.partitions import PARTITIONS
+from ..models import MODELS
 from ..options import HelpFormatter  # noqa: F401  (probe.py and the probes take it from here)
 from ..rules import arg_type, type_of  # noqa: F401
 from ..rules import field as _f
@@ -81,19 +83,38 @@ BN_HELP = ("BatchNorm statistics: train = each batch of --bn-batch samples norma
 @dataclass
 class Common:
     """The options every probe takes: where the checkpoint's data and model go, and the outputs."""
-    ckpt: str | None = opt(None, "checkpoint file, or a run directory (uses ckpt/last.pt)", positional=True,
-                           metavar="CKPT")
+    ckpt: str | None = opt(None, "checkpoint file, or a run directory (uses ckpt/last.pt), or a plain state_dict "
+                           "with --model/--model-factory and --dataset", positional=True, metavar="CKPT")
     data: str | None = opt(None, "train (union of the clients' data; the default) | test | client:I")
     samples: int | None = opt(None, "evaluate on N samples drawn with --seed (default: all of --data)", lo=1)
     seed: int | None = opt(None, "seed of every random draw of the probe (default: 0)", lo=0, hi=SEED_MAX)
-    dtype: str = opt("float32", None, choices=("float32", "float64"))
+    dtype: str | None = opt(None, "floating-point type of the model, the data and every product (default: "
+                            "float32; float64 for comparisons to the last digits)",
+                            choices=("float32", "float64"))
     bn_mode: str | None = opt(None, BN_HELP, choices=("train", "eval", "recalibrate"))
     bn_batch: int | None = opt(None, "BatchNorm batch size of --bn-mode train/recalibrate (default: the run's batch "
-                               "size)", metavar="B")
+                               "size; 32 for a plain state_dict)", metavar="B")
     device: str = opt("auto", "auto | cpu | cuda | cuda:N")
     threads: int = opt(1, "torch CPU threads (1 was fastest for the small models measured)")
     quiet: bool = opt(False, "no progress bar on stderr")
+    dry_run: bool = opt(False, "print the memory plan (data, parameters, kept vectors, autograd graphs, in GiB, "
+                        "against the device's free memory) and stop before computing")
     data_dir: str | None = opt(None, "where the real dataset lives, if not where training saw it")
+    model: str | None = opt(None, "CKPT is a plain state_dict of this registry model ("
+                            f"{', '.join(MODELS)}), built for --dataset", metavar="NAME")
+    model_kwargs: str | None = opt(None, "with --model: its options as JSON, e.g. '{\"width\": 64}'", metavar="JSON")
+    model_factory: str | None = opt(None, "CKPT is a plain state_dict of the nn.Module this callable returns "
+                                    "(called with no arguments)", metavar="FILE.py:callable|package.module:callable")
+    strip_prefix: str | None = opt(None, "with a plain state_dict: take this prefix off its names (e.g. module. "
+                                   "of DataParallel)", metavar="PREFIX")
+    dataset: str | None = opt(None, "with a plain state_dict: its data set (digits, mnist, cifar10, ...; "
+                              "--data-dir for the real ones)", metavar="NAME")
+    clients: int | None = opt(None, "with a plain state_dict: split its training data over N clients (default: "
+                              "one client holds it all)", metavar="N", lo=1)
+    partition: str | None = opt(None, "with --clients: how (iid when not given)",
+                                choices=PARTITIONS)
+    dir_alpha: float | None = opt(None, "with --partition dirichlet/labeldir: the concentration alpha",
+                                  lo=0, lo_open=True)
     json: str | None = opt(None, "write the result as JSON ('-' = stdout)", metavar="FILE")
     plot: str | None = opt(None, "save the probe's figure (PNG, PDF, SVG)", metavar="FILE")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as Fn
@@ -291,7 +292,7 @@ DESCRIBE = ("max_{||delta|| <= rho} F(w + delta) - F(w), by SAM's one step, a pr
             "quadratic model, at --rho (default 0.05 for every algorithm); --local adds each client's "
             "sharpness and the Jensen gap between FedLESAM's Eq. (2) and Eq. (1). Several checkpoints "
             "(probe sharpness A B ...) are measured at one radius, start and sample set and printed as one "
-            "table; --adaptive adds Kwon et al. 2021's scale-invariant adaptive sharpness.")
+            "table; --adaptive adds Kwon et al. 2021's adaptive sharpness (scale-invariant at --eta 0).")
 COST = ("cost: --method one_step: 1 gradient + 1 pass; ascent: --steps + 1 gradients and about as many "
         "passes; --local: the same for every client on its own data, plus the global mixture.")
 HOOK_NAMES = ("sharpness",)
@@ -301,24 +302,28 @@ HOOK_NAMES = ("sharpness",)
 class Options(Common):
     rho: float | None = opt(None, f"radius of the ball (default: {DEFAULT_RHO}, the same for every algorithm and "
                             "checkpoint, so that results compare; not the run's training rho)")
-    method: str = opt("ascent", "inner maximiser", choices=METHODS)
+    method: str | None = opt(None, "inner maximiser (default: ascent)", choices=METHODS)
     steps: int | None = opt(None, f"ascent steps m (default: {DEFAULT_STEPS})", lo=1)
-    step_size: float | None = opt(None, "ascent step length (default: rho)", lo=0, lo_open=True)
+    step_size: float | None = opt(None, "ascent step length (default: each ascent's own radius: --rho, and "
+                                  "--adaptive-rho in ASAM's coordinates). One value given here is used by both "
+                                  "ascents, whose default radii differ by 10x", lo=0, lo_open=True)
     start: str | None = opt(None, "ascent start point (default: one_step)", choices=("one_step", "random"))
     starts: int | None = opt(None, "with --start random: ascents from this many random points (seeds --seed, "
-                             "--seed + 1, ...); the estimate is their maximum, printed with their mean +- "
-                             "standard error (default: 1)", lo=1)
+                             "--seed + 1, ...), for the plain and the --adaptive sharpness alike; the estimate is "
+                             "their maximum, printed with their mean +- standard error and count (default: 1)", lo=1)
     local: bool = opt(False, "also per-client sharpness and the Jensen gap (FedLESAM Eqs. 1-2) at the global model")
     at_clients: bool = opt(False, "the Jensen gap's Eq. (2) at the clients' last local models (needs a checkpoint "
                            "that kept them)")
     weights: str | None = opt(None, "client weights p_i of --local (default: uniform)", choices=("uniform", "size"))
     batch_size: int = opt(4096, "samples per forward pass", lo=1)
-    adaptive: bool = opt(False, "also the adaptive sharpness of ASAM (Kwon et al. 2021, T_w = diag(|w| + eta)), "
-                         "invariant to rescalings of the weights, so flatness compares across models whose weights "
-                         "differ in scale")
+    adaptive: bool = opt(False, "also the adaptive sharpness of ASAM (Kwon et al. 2021, T_w = diag(|w| + eta)); "
+                         "at --eta 0 it is unchanged by rescalings of the weights that keep the function (a ReLU "
+                         "layer pair W1 * c, W2 / c), at eta > 0 only approximately. Every parameter is normalised, "
+                         "biases too (ASAM's released code leaves biases at T = 1)")
     adaptive_rho: float | None = opt(None, f"radius of --adaptive in ASAM's normalised coordinates (default: "
                                      f"{DEFAULT_ADAPTIVE_RHO}, ASAM's CIFAR-10 radius)")
-    eta: float | None = opt(None, f"eta of --adaptive (default: {DEFAULT_ETA}, ASAM's)")
+    eta: float | None = opt(None, f"eta of --adaptive (default: {DEFAULT_ETA}, ASAM's; 0: exactly scale-invariant, "
+                            "but a zero weight is then never perturbed)", lo=0)
 
 
 def compute(b, opts: Options) -> dict:
@@ -340,8 +345,9 @@ def compute(b, opts: Options) -> dict:
     """
     from .common import refuse, require_clients
     args = opts
-    if args.method != "ascent":
-        refuse(args, ["steps", "step_size", "start", "starts"], f"with --method {args.method} (they shape the ascent)")
+    method = opts.method or "ascent"
+    if method != "ascent":
+        refuse(args, ["steps", "step_size", "start", "starts"], f"with --method {method} (they shape the ascent)")
     if args.start != "random":
         refuse(args, ["starts"], "without --start random (one_step starts are deterministic)")
     if not (args.local or args.at_clients):
@@ -349,30 +355,29 @@ def compute(b, opts: Options) -> dict:
     if not args.adaptive:
         refuse(args, ["adaptive_rho", "eta"], "without --adaptive (they shape the adaptive sharpness)")
     settings = _settings(opts, b)
-    args = resolve(opts, steps=opts.steps or DEFAULT_STEPS, start=opts.start or "one_step",
+    args = resolve(opts, method=method, steps=opts.steps or DEFAULT_STEPS, start=opts.start or "one_step",
                    weights=opts.weights or "uniform")
     rho = DEFAULT_RHO if args.rho is None else args.rho
-    kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed}
-    g = global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size, **kw)
-    if (args.starts or 1) > 1:                     # random starts: the max is the estimate, with their spread
-        runs = [g] + [global_sharpness(b.f, b.theta, b.X, b.y, rho, args.method, batch_size=args.batch_size,
-                                       **{**kw, "seed": args.seed + j}) for j in range(1, args.starts)]
-        vals = torch.tensor([r["sharpness"] for r in runs], dtype=torch.float64)
-        g = {**max(runs, key=lambda r: r["sharpness"]), "starts": {
-            "values": vals.tolist(), "mean": float(vals.mean()), "stderr": float(vals.std() / len(vals) ** 0.5),
-            "n": len(vals), "seeds": list(range(args.seed, args.seed + args.starts))}}
+    kw = {"steps": args.steps, "step_size": args.step_size, "start": args.start, "seed": args.seed,
+          "loss": getattr(b, "loss", "ce")}
+    g = _starts(lambda **k: global_sharpness(b.f, b.theta, b.X, b.y, rho, method, batch_size=args.batch_size, **k),
+                kw, args.starts or 1)
     out = {"rho": rho, "rho_source": settings["rho"]["source"], "settings": settings, "global": g,
-           "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": args.method,
+           "summary": {"sharpness_global": g["sharpness"], "loss": g["loss"], "rho": rho, "method": method,
                        "n_samples": g["n_samples"]}}
     if "starts" in g:
         st = g["starts"]
         out["summary"].update(sharpness_starts_mean=st["mean"], sharpness_starts_stderr=st["stderr"],
                               n_starts=st["n"])
     if args.adaptive:
-        a = adaptive_sharpness(b.f, b.theta, b.X, b.y, settings["adaptive_rho"]["value"], eta=settings["eta"]["value"],
-                               method=args.method, batch_size=args.batch_size, **kw)
+        a = _starts(lambda **k: adaptive_sharpness(b.f, b.theta, b.X, b.y, settings["adaptive_rho"]["value"],
+                                                   eta=settings["eta"]["value"], method=method,
+                                                   batch_size=args.batch_size, **k), kw, args.starts or 1)
         out["adaptive"] = a
         out["summary"].update(adaptive_sharpness=a["sharpness"], adaptive_rho=a["rho"], eta=a["eta"])
+        if "starts" in a:
+            out["summary"].update(adaptive_starts_mean=a["starts"]["mean"],
+                                  adaptive_starts_stderr=a["starts"]["stderr"])
     if args.local or args.at_clients:
         if b.data != "train":
             raise UserError("--local uses the clients' own data; drop --data (it must be train)")
@@ -380,15 +385,29 @@ def compute(b, opts: Options) -> dict:
             raise UserError("--local uses every client's full data; drop --samples")
         idx = b.ckpt["partition"]["indices"]
         ds_X, ds_y = _client_data(b, args.data_dir)
-        Fs = client_objectives(b.f, ds_X, ds_y, idx, batch_size=args.batch_size)
+        Fs = client_objectives(b.f, ds_X, ds_y, idx, loss=getattr(b, "loss", "ce"), batch_size=args.batch_size)
         W = require_clients(b, "--at-clients") if args.at_clients else None
         p = client_weights(len(idx), args.weights, [len(i) for i in idx])
-        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=p, client_thetas=W, method=args.method, **kw)
+        out["jensen"] = jensen_gap(Fs, b.theta, rho, weights=p, client_thetas=W, method=method,
+                                   **{k: v for k, v in kw.items() if k != "loss"})
         out["summary"].update(jensen_gap=out["jensen"]["gap"],
                               local_sharpness_mean=sum(out["jensen"]["local_sharpness"]) / len(idx))
-    what = f"sharpness, rho = {rho:g} ({args.method}{f', {args.steps} steps' if args.method == 'ascent' else ''})"
+    starts = f", max of {args.starts} random starts" if (args.starts or 1) > 1 else ""
+    what = f"sharpness, rho = {rho:g} ({method}{f', {args.steps} steps' if method == 'ascent' else ''}{starts})"
     out["_title"] = b.title(what)
     return out
+
+
+def _starts(measure, kw: dict, n: int) -> dict:
+    """``measure(**kw)`` from ``n`` random starts (seeds kw['seed'], kw['seed'] + 1, ...): the one with the largest
+    value, with ``starts`` = {values, mean, stderr, n, seeds} beside it when n > 1."""
+    runs = [measure(**{**kw, "seed": kw["seed"] + j}) for j in range(n)]
+    if n == 1:
+        return runs[0]
+    vals = torch.tensor([r["sharpness"] for r in runs], dtype=torch.float64)
+    return {**max(runs, key=lambda r: r["sharpness"]), "starts": {
+        "values": vals.tolist(), "mean": float(vals.mean()), "stderr": float(vals.std() / n ** 0.5), "n": n,
+        "seeds": list(range(kw["seed"], kw["seed"] + n))}}
 
 
 def _settings(args, b) -> dict:
@@ -397,31 +416,46 @@ def _settings(args, b) -> dict:
         given = getattr(args, name, None)
         return {"value": default if given is None else given, "source": "default" if given is None else
                 f"--{name.replace('_', '-')}"}
-    s = {"rho": one("rho", None, DEFAULT_RHO), "method": {"value": args.method, "source": "--method"},
+    s = {"rho": one("rho", None, DEFAULT_RHO), "method": one("method", None, "ascent"),
          "seed": {"value": args.seed, "source": "--seed (default 0)"},
          "samples": {"value": len(b.y), "source": "--samples" if args.samples is not None else "all of --data"},
          "training_rho": {"value": b.config.get("rho"), "source": "the run's config (not used)"}}
     if args.adaptive:
         s.update(adaptive_rho=one("adaptive_rho", None, DEFAULT_ADAPTIVE_RHO), eta=one("eta", None, DEFAULT_ETA))
-    if args.method == "ascent":
+    if (args.method or "ascent") == "ascent":
         s.update(steps=one("steps", None, DEFAULT_STEPS), start=one("start", None, "one_step"),
                  starts=one("starts", None, 1),
                  step_size=one("step_size", None, "rho"))
     return s
 
 
+def _mean_se(r: dict) -> str:
+    """'mean +- stderr (n)' of a result's random starts, '' without them."""
+    st = r.get("starts")
+    return f"{st['mean']:.5g} +- {st['stderr']:.2g} ({st['n']})" if st else ""
+
+
 def compare_table(results: list[dict]) -> str:
-    """One row per checkpoint: algorithm, round, sharpness, loss, gradient norm (the same radius and samples)."""
+    """One row per checkpoint: algorithm, round, sharpness, loss, gradient norm (the same radius and samples); with
+    random starts the sharpness is their maximum and a column gives their mean +- standard error (count)."""
     adaptive = all("adaptive" in r for r in results)
-    head = f"{'checkpoint':<32} {'algo':<9} {'round':>5} {'rho':>6} {'sharpness':>11} {'loss':>10} {'grad norm':>10}"
+    starts = any("starts" in r["global"] for r in results)
+    head = f"{'checkpoint':<32} {'algo':<10} {'round':>5} {'rho':>6} {'sharpness':>11}"
+    head += f" {'mean +- s.e. (starts)':>24}" if starts else ""
+    head += f" {'loss':>10} {'grad norm':>10}"
     head += f" {'adaptive':>11}" if adaptive else ""
+    head += f" {'mean +- s.e. (starts)':>24}" if adaptive and starts else ""
     rows = [head, "-" * len(head)]
     for r in results:
         g = r["global"]
         name = r["checkpoint"] if len(r["checkpoint"]) <= 32 else "..." + r["checkpoint"][-29:]
-        rows.append(f"{name:<32} {r['algo']:<9} {r['round']:>5} {r['rho']:>6g} {g['sharpness']:>11.5g} "
-                    f"{g['loss']:>10.5g} {g['grad_norm']:>10.4g}"
-                    + (f" {r['adaptive']['sharpness']:>11.5g}" if adaptive else ""))
+        rows.append(f"{name:<32} {r['algo']:<10} {r['round']:>5} {r['rho']:>6g} {g['sharpness']:>11.5g}"
+                    + (f" {_mean_se(g):>24}" if starts else "")
+                    + f" {g['loss']:>10.5g} {g['grad_norm']:>10.4g}"
+                    + (f" {r['adaptive']['sharpness']:>11.5g}" if adaptive else "")
+                    + (f" {_mean_se(r['adaptive']):>24}" if adaptive and starts else ""))
+    if starts:
+        rows.append("sharpness: the maximum over the random starts; beside it their mean +- standard error (count)")
     if adaptive:
         a = results[0]["adaptive"]
         rows.append(f"adaptive: ASAM's sharpness (Kwon et al. 2021) at rho = {a['rho']:g}, eta = {a['eta']:g}")
@@ -445,7 +479,9 @@ def draw(result: dict, title: str | None = None):
         ax[0, 0].set(xlabel="ascent step")
     else:
         ax[0, 0].bar([g["method"].replace("_", "-")], g["trace"], width=0.4)
-    ax[0, 0].set(ylabel="F(w + delta) - F(w)", title=f"global sharpness {g['sharpness']:.3g}")
+    st = g.get("starts")
+    ax[0, 0].set(ylabel="F(w + delta) - F(w)", title=f"global sharpness {g['sharpness']:.3g}" + (
+        f" (max of {st['n']} starts; mean {st['mean']:.3g} +- {st['stderr']:.2g})" if st else ""))
     if "jensen" in result:
         j = result["jensen"]
         ax[0, 1].bar(range(len(j["local_sharpness"])), j["local_sharpness"], color="C1", label="local s_i")
@@ -463,8 +499,15 @@ def plot_compare(results: list[dict]):
     """One bar per checkpoint: the global sharpness at the common radius (labels: algorithm, round)."""
     from ..plots import figure, title as set_title
     fig, ax = figure(w=max(4.0, 1.2 * len(results) + 2), h=3.6)
-    labels = [f"{r['algo']}\nround {r['round']}" for r in results]
-    ax[0, 0].bar(range(len(results)), [r["global"]["sharpness"] for r in results], width=0.5)
+    labels = [Path(r["checkpoint"]).name if "source" in r else f"{r['algo']}\nround {r['round']}" for r in results]
+    x = range(len(results))
+    st = [r["global"].get("starts") for r in results]
+    ax[0, 0].bar(x, [r["global"]["sharpness"] for r in results], width=0.5,
+                 label=f"max of {st[0]['n']} random starts" if st[0] else None)
+    if st[0]:
+        ax[0, 0].errorbar(x, [s["mean"] for s in st], yerr=[s["stderr"] for s in st], fmt="o", color="k", capsize=4,
+                          label=f"mean +- standard error ({st[0]['n']} starts)")
+        ax[0, 0].legend(fontsize="small")
     ax[0, 0].set_xticks(range(len(results)), labels)
     ax[0, 0].set(ylabel="F(w + delta) - F(w)")
     r0 = results[0]

@@ -22,6 +22,7 @@ COST = ("cost: retrains from round 0: --pairs x 2 coupled runs x --rounds rounds
         "pass over the train and test data.")
 IGNORES = (("data", "samples"), "with the stability probe (it retrains on the clients' data and evaluates the full "
                                 "train and test sets)")
+NEEDS_RUN = True      # a plain state_dict is refused (probes/foreign.py): this probe reads the federation
 HOOK_NAMES = ("gap", "stability")
 
 

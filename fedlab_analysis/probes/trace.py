@@ -17,7 +17,10 @@ COST = "cost: --products HVPs (default 100), plus the Lanczos of --deflate K (~2
 @dataclass
 class Options(Curvature):
     products: int = opt(100, "Hessian-vector products in all", lo=1)
-    method: str = opt("hutch++", None, choices=["hutchinson", "hutch++"])
+    method: str = opt("hutch++", "estimator: hutchinson (the mean of v'Hv over Rademacher vectors v) or hutch++ "
+                      "(Meyer et al. 2021: two thirds of the products build a sketch of the top eigenspace, traced "
+                      "exactly; the last third probes the rest; lower variance)",
+                      choices=["hutchinson", "hutch++"])
     deflate: int = opt(0, "deflate a Krylov space holding the top-K eigenvectors first", metavar="K")
     tol: float | None = opt(None, "relative tolerance of the --deflate Lanczos (default 1e-3; PyHessian's trace "
                             "tolerance with --backend pyhessian)")
