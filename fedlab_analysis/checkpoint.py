@@ -24,7 +24,19 @@ REQUIRED = ("config", "round", "model", "global", "layers", "algo_state", "parti
 
 def save(ckpt: dict, path: str | os.PathLike) -> Path:
     ckpt = {"format": FORMAT, "version": VERSION, **ckpt}
-    return atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
+    return atomic(Path(path), lambda tmp: _write(ckpt, tmp))
+
+
+def save_plain(obj, path: str | os.PathLike) -> Path:
+    """Any torch file of plain data, written as a checkpoint is (atomic; a full disk is one line)."""
+    return atomic(Path(path), lambda tmp: _write(obj, tmp))
+
+
+def _write(obj, tmp) -> None:
+    """torch.save through a Python file: a failed write (a full disk) keeps its OSError as the context of torch's
+    RuntimeError, which ``rundir.atomic`` turns into one line."""
+    with open(tmp, "wb") as fh:
+        torch.save(obj, fh)
 
 
 def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:

@@ -9,6 +9,7 @@ stderr (``--quiet`` hides it). Bad input: one line, exit 2, nothing written.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from .cli import guard
@@ -45,7 +46,9 @@ def main(argv=None) -> int:
     else:
         summary = result.get("summary_text") or _summary(result)      # a table where the probe prints one
         print(json.dumps(summary, default=float) if not isinstance(summary, str) else summary)
-        if args.json:                                 # a plain write: --json may name a pipe or /dev/stdout
+        if args.json and (not os.path.exists(args.json) or os.path.isfile(args.json)):
+            line.write_json(result, args.json)        # atomic: a full disk leaves no empty or partial file
+        elif args.json:                               # a plain write: --json may name a pipe or /dev/stdout
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")
     return 0
