@@ -28,6 +28,7 @@ import hashlib
 import importlib
 import itertools
 import json
+import math
 import os
 import shlex
 import sys
@@ -47,6 +48,7 @@ HASH_FREE = EXECUTION                    # never change a run's numbers, so neve
 RESOURCES = {"num_cpus": 1, "num_gpus": 0}
 DEFAULT_CONFIG = RunConfig().to_dict()
 FINAL = ("test_acc", "test_loss", "train_acc", "train_loss")
+MAX_CELLS = 10000                        # a grid beyond it is refused before its cells are listed
 
 
 # ---- reading and validating a sweep file ----------------------------------------------------------------
@@ -166,6 +168,10 @@ def plan(sweep: dict, out, source: str = "sweep") -> tuple[list[dict], dict]:
         for v in values:
             if isinstance(v, dict) and key not in _dash(v):
                 raise UserError(f"{source}: grid {key}: an entry that sets several keys must set {key} too (got {v})")
+    cells = math.prod(len(v) for v in grid.values())
+    if cells > MAX_CELLS:                                # counted, not enumerated
+        raise UserError(f"{source}: the grid has {cells} cells ({' x '.join(str(len(v)) for v in grid.values())}); "
+                        f"a sweep takes at most {MAX_CELLS}: split it into several sweep files")
     resources = {**RESOURCES, **_dash(sweep.get("resources") or {})}
     if set(resources) != set(RESOURCES) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                                                    for v in resources.values()):
