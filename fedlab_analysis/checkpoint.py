@@ -63,6 +63,7 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     if not path.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a .pt file or a run directory "
                               f"holding ckpt/last.pt)")
+    regular(path, "checkpoint")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001  truncated zips fail as KeyError, EOFError, BadZipFile, ...
@@ -98,6 +99,7 @@ def load_weights(path: str | os.PathLike, flag: str = "--init") -> dict:
     elif not p.exists():
         raise CheckpointError(f"{flag}: no file {str(p)!r}; give a checkpoint, a run directory or a state_dict .pt")
     else:
+        regular(p, flag)
         try:
             ck = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001
@@ -110,7 +112,25 @@ def load_weights(path: str | os.PathLike, flag: str = "--init") -> dict:
     if not isinstance(ck, dict) or not ck or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in ck.items()):
         raise CheckpointError(f"{flag}: {str(p)!r} is neither a fedlab_analysis checkpoint nor a state_dict "
                               f"(a dict of name -> tensor)")
+    for k, v in ck.items():
+        dense(v, f"{flag}: {str(p)!r}: {k!r}")
     return ck
+
+
+def regular(path: Path, what: str) -> None:
+    """``path`` is a regular file: a FIFO, a socket or a device is refused unread (reading a FIFO would wait)."""
+    if not path.is_file():
+        raise CheckpointError(f"{what}: {str(path)!r} is not a regular file (a FIFO, socket or device); give a .pt "
+                              f"file or a run directory")
+
+
+def dense(v: torch.Tensor, where: str) -> None:
+    """A tensor of values a model can hold: dense (strided), real, not quantized, not on the meta device."""
+    what = ("on the meta device (it holds no values)" if v.is_meta else
+            f"sparse or another non-dense layout ({v.layout})" if v.layout != torch.strided else
+            "quantized" if v.is_quantized else "complex" if v.is_complex() else None)
+    if what:
+        raise CheckpointError(f"{where} is {what}; give dense real tensors (a state_dict saved from a model)")
 
 
 def _load_as(p: Path, flag: str) -> dict:
@@ -138,6 +158,7 @@ def _tensors(d, what: str, where: str, floating: bool = False) -> dict:
     if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
         raise CheckpointError(f"{where}: {what} is not a mapping of names to tensors")
     for k, v in d.items():
+        dense(v, f"{where}: {what}[{k!r}]")
         if floating and not v.is_floating_point():
             raise CheckpointError(f"{where}: {what}[{k!r}] has dtype {v.dtype}, not a floating-point type")
         if v.is_floating_point() and not torch.isfinite(v).all():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
 import traceback
@@ -112,9 +113,22 @@ def plot_formats() -> tuple[str, ...]:
     return tuple(sorted(FigureCanvasBase.get_supported_filetypes()))
 
 
+def plot_backend() -> None:
+    """matplotlib can start its backend: a bogus ``MPLBACKEND`` is one line before any work."""
+    try:
+        from matplotlib.rcsetup import validate_backend
+        if os.environ.get("MPLBACKEND"):            # read by matplotlib once: checked here each time
+            validate_backend(os.environ["MPLBACKEND"])
+        import matplotlib.pyplot  # noqa: F401
+    except (ValueError, ImportError) as e:
+        raise UserError(f"MPLBACKEND={os.environ.get('MPLBACKEND', '')!r}: matplotlib cannot use it "
+                        f"({_one_line(e, 100)}); unset MPLBACKEND or set MPLBACKEND=Agg") from None
+
+
 def plot_file(path, flag: str = "--plot") -> Path:
-    """``out_file`` whose extension is a format matplotlib writes."""
+    """``out_file`` whose extension is a format matplotlib writes, with a backend matplotlib can start."""
     p = out_file(path, flag)
+    plot_backend()
     ext = p.suffix[1:].lower()
     if ext not in plot_formats():
         raise UserError(f"{flag} {path}: matplotlib cannot write {'.' + ext if ext else 'a file without an extension'}"

@@ -367,8 +367,12 @@ def build_model(name: str, input_shape, n_classes: int, *, seed: int | torch.Gen
     _fit(cls.ndim is None or len(shape) == cls.ndim, cls, shape)
     options = _options(cls, kwargs)
 
-    with torch.device("meta"):  # no memory, no draws from the global RNG
-        model = cls(shape, n_classes, **options)
+    try:
+        with torch.device("meta"):  # no memory, no draws from the global RNG
+            model = cls(shape, n_classes, **options)
+    except (TypeError, ValueError, OverflowError, RuntimeError, RecursionError) as e:   # options its checks let by
+        raise UserError(f"--model {name}: cannot be built with {_short(options)} ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:120]}); see the model's options in the README") from None
     if not meta:
         init_parameters(model.to_empty(device="cpu"), seed, cls.init)
 
@@ -384,6 +388,11 @@ def build_model(name: str, input_shape, n_classes: int, *, seed: int | torch.Gen
     model.spec = {"name": name, "input_shape": list(shape), "n_classes": n_classes,
                   "kwargs": {k: _plain(v) for k, v in options.items()}}
     return model
+
+
+def _short(options: dict, limit: int = 120) -> str:
+    text = repr(options)
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def model_spec(model: nn.Module) -> dict:

@@ -143,6 +143,8 @@ def check_value(f: dataclasses.Field, v, where: str, narrow: dict | None = None,
           "str": isinstance(v, str), "bool": isinstance(v, bool), "dict": isinstance(v, dict)}[base]
     if not ok:
         raise UserError(f"{where}: must be {WORDS[base]} {got}")
+    if _too_big(v):                                 # before float(): an int beyond 64 bits may not convert
+        raise UserError(f"{where}: must be at most {INT_MAX} in size {got}")
     if base == "float":
         v = float(v)
         if not math.isfinite(v):
