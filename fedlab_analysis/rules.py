@@ -153,6 +153,8 @@ def check_value(f: dataclasses.Field, v, where: str, narrow: dict | None = None,
         raise UserError(f"{where}: must be at most {INT_MAX} in size {got}")
     if base in ("int", "float") and not in_range(v, rule):
         raise UserError(f"{where}: must be {describe(rule)}{why} {got}")
+    if base == "str" and "\0" in v:
+        raise UserError(f"{where}: holds a NUL byte, which no path or name can hold {got}")
     if base == "str" and "choices" in rule and v not in choices(rule) and \
             not (rule.get("prefix") and v.startswith(rule["prefix"])):
         raise UserError(f"{where}: unknown {v!r}; choose one of {', '.join(choices(rule))}")
