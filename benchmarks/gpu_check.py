@@ -12,7 +12,8 @@ data), and the probe CLI (hessian, landscape) on its checkpoint; then the ResNet
 papers' setting (Bernoulli sampling, unequal K_i: FedAvg); loop and vmap, FedAvg beside the reference, then FedSAM
 and FedSMOO; and last FedAvg compiled at --precision tf32 and bf16 (reported, not goals: the step takes what is
 left of the budget). Each step's peak memory is read inside its process (CUDA max_memory_allocated over every
-device, and peak RSS). Writes ``$OUT/gpu_check.md`` and ``$OUT/gpu_check.log`` when $OUT is set, else ``benchmarks/``.
+device, and peak RSS). Writes ``$OUT/gpu_check.md`` and ``$OUT/gpu_check.log`` when $OUT is set, else ``benchmarks/``
+(``--smoke``: a new temporary folder, so the committed GPU table is never replaced by a smoke's).
 Runs from the repository root with the interpreter in $PYTHON (default python3) and ``PYTHONPATH=$PWD``: the
 package need not be installed. Exit status 0 when every step passed, 1 otherwise (the table is written either way).
 """
@@ -332,9 +333,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="the same steps at tiny size on the CPU (<= 2 minutes)")
     p.add_argument("--only", default=None, help="comma-separated step numbers to run (1-based; for tests)")
-    p.add_argument("--out", default=None, help="where the table and log go (default: $OUT, else benchmarks/)")
+    p.add_argument("--out", default=None, help="where the table and log go (default: $OUT, else benchmarks/; "
+                   "--smoke: a new temporary folder, printed at the end)")
     a = p.parse_args(argv)
-    out = Path(a.out or os.environ.get("OUT") or ROOT / "benchmarks")
+    if a.out or os.environ.get("OUT"):
+        out = Path(a.out or os.environ["OUT"])
+    elif a.smoke:                                    # never over the committed GPU measurements
+        out = Path(tempfile.mkdtemp(prefix="gpu_check-smoke-"))
+    else:
+        out = ROOT / "benchmarks"
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -24,7 +24,19 @@ REQUIRED = ("config", "round", "model", "global", "layers", "algo_state", "parti
 
 def save(ckpt: dict, path: str | os.PathLike) -> Path:
     ckpt = {"format": FORMAT, "version": VERSION, **ckpt}
-    return atomic(Path(path), lambda tmp: torch.save(ckpt, tmp))
+    return atomic(Path(path), lambda tmp: _write(ckpt, tmp))
+
+
+def save_plain(obj, path: str | os.PathLike) -> Path:
+    """Any torch file of plain data, written as a checkpoint is (atomic; a full disk is one line)."""
+    return atomic(Path(path), lambda tmp: _write(obj, tmp))
+
+
+def _write(obj, tmp) -> None:
+    """torch.save through a Python file: a failed write (a full disk) keeps its OSError as the context of torch's
+    RuntimeError, which ``rundir.atomic`` turns into one line."""
+    with open(tmp, "wb") as fh:
+        torch.save(obj, fh)
 
 
 def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
@@ -58,6 +70,7 @@ def read(path: str | os.PathLike, map_location="cpu") -> tuple[Path, object]:
     if not path.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a .pt file or a run directory "
                               f"holding ckpt/last.pt)")
+    regular(path, "checkpoint")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001  truncated zips fail as KeyError, EOFError, BadZipFile, ...
@@ -100,6 +113,7 @@ def load_weights(path: str | os.PathLike, flag: str = "--init") -> dict:
     elif not p.exists():
         raise CheckpointError(f"{flag}: no file {str(p)!r}; give a checkpoint, a run directory or a state_dict .pt")
     else:
+        regular(p, flag)
         try:
             ck = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001
@@ -112,6 +126,8 @@ def load_weights(path: str | os.PathLike, flag: str = "--init") -> dict:
     if not isinstance(ck, dict) or not ck or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in ck.items()):
         raise CheckpointError(f"{flag}: {str(p)!r} is neither a fedlab_analysis checkpoint nor a state_dict "
                               f"(a dict of name -> tensor)")
+    for k, v in ck.items():
+        dense(v, f"{flag}: {str(p)!r}: {k!r}")
     return ck
 
 
@@ -157,6 +173,22 @@ def fit_state(sd: dict, model, where: str, what: str) -> None:
     model.load_state_dict(sd, strict=True)
 
 
+def regular(path: Path, what: str) -> None:
+    """``path`` is a regular file: a FIFO, a socket or a device is refused unread (reading a FIFO would wait)."""
+    if not path.is_file():
+        raise CheckpointError(f"{what}: {str(path)!r} is not a regular file (a FIFO, socket or device); give a .pt "
+                              f"file or a run directory")
+
+
+def dense(v: torch.Tensor, where: str) -> None:
+    """A tensor of values a model can hold: dense (strided), real, not quantized, not on the meta device."""
+    what = ("on the meta device (it holds no values)" if v.is_meta else
+            f"sparse or another non-dense layout ({v.layout})" if v.layout != torch.strided else
+            "quantized" if v.is_quantized else "complex" if v.is_complex() else None)
+    if what:
+        raise CheckpointError(f"{where} is {what}; give dense real tensors (a state_dict saved from a model)")
+
+
 def _load_as(p: Path, flag: str) -> dict:
     try:
         return load(p)
@@ -182,6 +214,7 @@ def _tensors(d, what: str, where: str, floating: bool = False) -> dict:
     if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
         raise CheckpointError(f"{where}: {what} is not a mapping of names to tensors")
     for k, v in d.items():
+        dense(v, f"{where}: {what}[{k!r}]")
         if floating and not v.is_floating_point():
             raise CheckpointError(f"{where}: {what}[{k!r}] has dtype {v.dtype}, not a floating-point type")
         if v.is_floating_point() and not torch.isfinite(v).all():

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import traceback
 import warnings
 from pathlib import Path
@@ -93,21 +92,10 @@ def _nonempty(path, flag: str) -> str:
     return str(path)
 
 
-def writable(folder: Path, flag: str, path) -> None:
-    """``folder`` (it exists) accepts a new entry: tried with a temporary file that is removed at once, since
-    permission bits do not tell (root, read-only mounts, /proc)."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fedlab-check.")
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as e:
-        raise UserError(f"{flag} {path}: nothing can be written in {folder} ({e.strerror or e})") from None
-
-
 def out_dir(path, flag: str = "--out") -> Path:
     """``path`` is (or can become) a folder: neither it nor a parent is a file, and the nearest existing one
     accepts writes."""
-    from .rundir import check_dir
+    from .rundir import check_dir, writable
     p = check_dir(_nonempty(path, flag), flag)
     q = next(q for q in (p.absolute(), *p.absolute().parents) if q.exists())
     writable(q, flag, path)
@@ -117,9 +105,7 @@ def out_dir(path, flag: str = "--out") -> Path:
 def out_file(path, flag: str) -> Path:
     """``path`` can be written as a file (its folder exists and accepts writes; it is not a folder)."""
     from .rundir import check_file
-    p = check_file(_nonempty(path, flag), flag)
-    writable(p.parent, flag, path)
-    return p
+    return check_file(_nonempty(path, flag), flag)
 
 
 def plot_formats() -> tuple[str, ...]:
@@ -127,9 +113,22 @@ def plot_formats() -> tuple[str, ...]:
     return tuple(sorted(FigureCanvasBase.get_supported_filetypes()))
 
 
+def plot_backend() -> None:
+    """matplotlib can start its backend: a bogus ``MPLBACKEND`` is one line before any work."""
+    try:
+        from matplotlib.rcsetup import validate_backend
+        if os.environ.get("MPLBACKEND"):            # read by matplotlib once: checked here each time
+            validate_backend(os.environ["MPLBACKEND"])
+        import matplotlib.pyplot  # noqa: F401
+    except (ValueError, ImportError) as e:
+        raise UserError(f"MPLBACKEND={os.environ.get('MPLBACKEND', '')!r}: matplotlib cannot use it "
+                        f"({_one_line(e, 100)}); unset MPLBACKEND or set MPLBACKEND=Agg") from None
+
+
 def plot_file(path, flag: str = "--plot") -> Path:
-    """``out_file`` whose extension is a format matplotlib writes."""
+    """``out_file`` whose extension is a format matplotlib writes, with a backend matplotlib can start."""
     p = out_file(path, flag)
+    plot_backend()
     ext = p.suffix[1:].lower()
     if ext not in plot_formats():
         raise UserError(f"{flag} {path}: matplotlib cannot write {'.' + ext if ext else 'a file without an extension'}"

@@ -347,14 +347,15 @@ def _plain(v):
     return [_plain(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 
-def build_model(name: str, input_shape, n_classes: int, *, seed: int | torch.Generator = 0,
+def build_model(name: str, input_shape, n_classes: int, *, seed: int | torch.Generator = 0, meta: bool = False,
                 **kwargs) -> nn.Module:
     """Build registry model ``name`` for inputs of shape ``input_shape`` (one sample, no batch dim)
     and ``n_classes`` outputs, initialised from ``seed`` (an int or a torch.Generator).
 
     Checks the name, the options and the fit to the input shape (a dry forward of a zero batch of
     2); every failure is a one-line UserError naming ``--model``. The returned module carries
-    ``model.spec`` (see :func:`model_spec`)."""
+    ``model.spec`` (see :func:`model_spec`). ``meta=True``: the same checks on the meta device, nothing allocated
+    (the memory plan's model, whatever its size)."""
     if not isinstance(name, str) or name not in MODELS:
         raise UserError(f"--model: unknown {name!r}; choose one of {', '.join(MODELS)}")
     cls = MODELS[name]
@@ -366,14 +367,19 @@ def build_model(name: str, input_shape, n_classes: int, *, seed: int | torch.Gen
     _fit(cls.ndim is None or len(shape) == cls.ndim, cls, shape)
     options = _options(cls, kwargs)
 
-    with torch.device("meta"):  # no memory, no draws from the global RNG
-        model = cls(shape, n_classes, **options)
-    init_parameters(model.to_empty(device="cpu"), seed, cls.init)
+    try:
+        with torch.device("meta"):  # no memory, no draws from the global RNG
+            model = cls(shape, n_classes, **options)
+    except (TypeError, ValueError, OverflowError, RuntimeError, RecursionError) as e:   # options its checks let by
+        raise UserError(f"--model {name}: cannot be built with {_short(options)} ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:120]}); see the model's options in the README") from None
+    if not meta:
+        init_parameters(model.to_empty(device="cpu"), seed, cls.init)
 
     training = model.training
     try:
         with torch.no_grad():
-            out = model.eval()(torch.zeros(2, *shape))
+            out = model.eval()(torch.zeros(2, *shape, device="meta" if meta else "cpu"))
     except (RuntimeError, ValueError, IndexError):
         out = None
     finally:
@@ -382,6 +388,11 @@ def build_model(name: str, input_shape, n_classes: int, *, seed: int | torch.Gen
     model.spec = {"name": name, "input_shape": list(shape), "n_classes": n_classes,
                   "kwargs": {k: _plain(v) for k, v in options.items()}}
     return model
+
+
+def _short(options: dict, limit: int = 120) -> str:
+    text = repr(options)
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def model_spec(model: nn.Module) -> dict:

@@ -49,6 +49,14 @@ def _parse_bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
 
 
+def _parse_json(s: str):
+    """A JSON flag value; one line for bad JSON (argparse's) and for JSON nested too deeply to read."""
+    try:
+        return json.loads(s)
+    except RecursionError:
+        raise argparse.ArgumentTypeError("JSON nested too deeply to read; flatten it") from None
+
+
 def add_arguments(p: argparse.ArgumentParser, cls) -> None:
     """One flag per field of the options dataclass ``cls``, named --field-name, its help followed by the range
     and default declared with the field. Every flag defaults to None (not given), so a base can show through."""
@@ -61,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser, cls) -> None:
                                                            and "default" not in f.metadata["help"])
         h = f"{f.metadata['help']} ({'; '.join(said)})" if said else f.metadata["help"]
         base, _ = type_of(f)
-        typ = {"int": int, "float": float, "dict": json.loads, "bool": _parse_bool}.get(base, str)
+        typ = {"int": int, "float": float, "dict": _parse_json, "bool": _parse_bool}.get(base, str)
         p.add_argument(flag, type=typ, default=None, help=h.replace("%", "%%"),
                        **({"nargs": "?", "const": True} if base == "bool" else {}))
 
@@ -92,6 +100,8 @@ def read_yaml(path: str, flag: str, what: str) -> dict:
         raise UserError(f"{where}: cannot be read ({e.strerror})") from None
     except yaml.YAMLError as e:
         raise UserError(f"{where}: is not valid YAML ({' '.join(str(e).split())[:200]})") from None
+    except RecursionError:
+        raise UserError(f"{where}: is nested too deeply to read; flatten it") from None
     d = {} if d is None else d
     if not isinstance(d, dict):
         raise UserError(f"{where}: must hold a mapping of {what} (got {type(d).__name__})")

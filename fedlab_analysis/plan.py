@@ -18,6 +18,8 @@ estimate against measured peak RSS on the CPU.
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 import shutil
@@ -35,6 +37,7 @@ SHAPES = {"cifar10": (50000, 10000, (3, 32, 32), 10), "cifar100": (50000, 10000,
 # SMOO_SHAT); FedDyn lamb (h_i - w), computed in the gathered rows; SCAFFOLD c_i, its correction and the round-end
 # c_i+ with its temporaries; FedLESAM the perturbation and its gathered w_i^old
 ROUND_ROWS = {"SAM": 2, "SMOO": 3, "LESAM": 3, "Scaffold": 4, "Dyn": 1, "RelaxedInit": 1, "ALS": 1}
+DRAWS = 10 ** 7       # largest_active replays the sampling up to this many draws, else bounds it
 ENGINE_ROWS = 2       # x and one gradient buffer; Delta = x - w is written into the spent gradient buffer
 
 
@@ -84,19 +87,28 @@ def data_shape(cfg, dataset=None):
     if dataset is None and cfg.dataset in SHAPES:
         return SHAPES[cfg.dataset]
     if dataset is None:
-        from .data import load_dataset
-        dataset = load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)
+        return _loaded_shape(cfg.dataset, cfg.data_dir, cfg.seed)
     return len(dataset.x_train), len(dataset.x_test), tuple(dataset.input_shape), dataset.n_classes
+
+
+@functools.lru_cache(maxsize=64)                     # a sweep's cells share a few data sets
+def _loaded_shape(name: str, data_dir, seed: int):
+    from .data import load_dataset
+    d = load_dataset(name, data_dir=data_dir, seed=seed)
+    return len(d.x_train), len(d.x_test), tuple(d.input_shape), d.n_classes
 
 
 def model_size(cfg, shape, n_classes) -> tuple[int, int, int, int]:
     """(P, float buffers, activation floats per sample, the largest one): the model built on the meta device, one
     forward pass summing every leaf module's output (what autograd keeps for the backward pass, roughly)."""
-    from .models import MODELS, _options, build_model
-    build_model(cfg.model, shape, n_classes, **dict(cfg.model_kwargs or {}))   # checks: one UserError line
-    cls = MODELS[cfg.model]
+    return _model_size(cfg.model, json.dumps(cfg.model_kwargs or {}, sort_keys=True), tuple(shape), n_classes)
+
+
+@functools.lru_cache(maxsize=256)                    # a sweep's cells share a few models
+def _model_size(name: str, kwargs: str, shape: tuple, n_classes: int) -> tuple[int, int, int, int]:
+    from .models import build_model
+    model = build_model(name, shape, n_classes, meta=True, **json.loads(kwargs))   # checks: one UserError line
     with torch.device("meta"):
-        model = cls(tuple(shape), n_classes, **_options(cls, dict(cfg.model_kwargs or {})))
         acts = []
         hooks = [m.register_forward_hook(lambda m, i, o: acts.append(o.numel()))
                  for m in model.modules() if not list(m.children())]
@@ -113,6 +125,9 @@ def largest_active(cfg) -> int:
     m = cfg.clients
     if cfg.sampling == "fixed" or cfg.active_ratio >= 1:
         return max(1, round(cfg.active_ratio * m))
+    if m * min(cfg.rounds, 2000) > DRAWS:            # too many draws to replay: a bound 6 deviations above the mean
+        p = cfg.active_ratio
+        return min(m, math.ceil(p * m + 6 * math.sqrt(m * p * (1 - p))) + 1)
     from .trainers.rng import generator
     top = 1
     for t in range(min(cfg.rounds, 2000)):
@@ -130,6 +145,10 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = F
     algo = ALGORITHMS[cfg.algo](cfg)
     s = 8 if cfg.dtype == "float64" else 4
     n_tr, n_te, shape, n_classes = data_shape(cfg, dataset)
+    if cfg.clients > n_tr:                             # partitions refuse it too, after loading the data
+        from .errors import UserError
+        raise UserError(f"--clients {cfg.clients} exceeds the {n_tr} training samples of {cfg.dataset}; use at most "
+                        f"{n_tr} clients")
     P, nbuf, act, act_max = model_size(cfg, shape, n_classes)
     m, n = cfg.clients, largest_active(cfg)
     dev = "cuda" if str(cfg.device).startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available()) \

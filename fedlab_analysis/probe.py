@@ -10,6 +10,7 @@ probes show a progress bar on stderr (``--quiet`` hides it). Bad input: one line
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from .cli import guard
@@ -48,7 +49,9 @@ def main(argv=None) -> int:
         print(json.dumps(summary, default=float) if not isinstance(summary, str) else summary)
         for k, meaning in (result.get("legend") or {}).items():      # what each printed number is
             print(f"  {k}: {meaning}")
-        if args.json:                                 # a plain write: --json may name a pipe or /dev/stdout
+        if args.json and (not os.path.exists(args.json) or os.path.isfile(args.json)):
+            line.write_json(result, args.json)        # atomic: a full disk leaves no empty or partial file
+        elif args.json:                               # a plain write: --json may name a pipe or /dev/stdout
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")
     return 0

@@ -143,6 +143,8 @@ def check_value(f: dataclasses.Field, v, where: str, narrow: dict | None = None,
           "str": isinstance(v, str), "bool": isinstance(v, bool), "dict": isinstance(v, dict)}[base]
     if not ok:
         raise UserError(f"{where}: must be {WORDS[base]} {got}")
+    if _too_big(v):                                 # before float(): an int beyond 64 bits may not convert
+        raise UserError(f"{where}: must be at most {INT_MAX} in size {got}")
     if base == "float":
         v = float(v)
         if not math.isfinite(v):
@@ -151,6 +153,8 @@ def check_value(f: dataclasses.Field, v, where: str, narrow: dict | None = None,
         raise UserError(f"{where}: must be at most {INT_MAX} in size {got}")
     if base in ("int", "float") and not in_range(v, rule):
         raise UserError(f"{where}: must be {describe(rule)}{why} {got}")
+    if base == "str" and "\0" in v:
+        raise UserError(f"{where}: holds a NUL byte, which no path or name can hold {got}")
     if base == "str" and "choices" in rule and v not in choices(rule) and \
             not (rule.get("prefix") and v.startswith(rule["prefix"])):
         raise UserError(f"{where}: unknown {v!r}; choose one of {', '.join(choices(rule))}")

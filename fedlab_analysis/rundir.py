@@ -42,8 +42,19 @@ def check_dir(path, flag: str = "--out") -> Path:
     return p
 
 
+def writable(folder: Path, flag: str, path) -> None:
+    """``folder`` (it exists) accepts a new entry: tried with a temporary file that is removed at once, since
+    permission bits do not tell (root, read-only mounts, /proc)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fedlab-check.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise UserError(f"{flag} {path}: nothing can be written in {folder} ({e.strerror or e})") from None
+
+
 def check_file(path, flag: str) -> Path:
-    """``path`` can be written as a file: its folder exists and it is not itself a folder."""
+    """``path`` can be written as a file: its folder exists, accepts writes, and ``path`` is not itself a folder."""
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{flag} {path}: is a folder; give a file name")
@@ -53,6 +64,7 @@ def check_file(path, flag: str) -> Path:
         raise UserError(f"{flag} {path}: its folder {parent} {what}; create the folder first")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UserError(f"{flag} {path}: cannot be written (permission denied)")
+    writable(parent, flag, path)
     return p
 
 
@@ -146,10 +158,30 @@ def atomic(path: Path, write) -> Path:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        cause = os_error(e)
+        if cause is not None and not isinstance(e, UserError):       # a full disk, a quota, an I/O error
+            kept = "the previous file is kept" if path.exists() else "nothing was written"
+            raise UserError(f"{path}: cannot be written ({cause.strerror or cause}); {kept}; free some space "
+                            f"(or pick another disk) and run again{RESUME if path.name == 'last.pt' else ''}") from e
         raise
     return path
+
+
+RESUME = " (a run: --resume continues from its last.pt)"
+
+
+def os_error(e: BaseException) -> OSError | None:
+    """The OSError behind ``e``: itself, or the one a library wrapped (torch.save raises a RuntimeError whose
+    context is the file object's OSError)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def write_text(path: Path, text: str) -> Path:

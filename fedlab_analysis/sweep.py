@@ -29,6 +29,7 @@ import hashlib
 import importlib
 import itertools
 import json
+import math
 import os
 import shlex
 import sys
@@ -48,6 +49,7 @@ HASH_FREE = EXECUTION                    # never change a run's numbers, so neve
 RESOURCES = {"num_cpus": 1, "num_gpus": 0}
 DEFAULT_CONFIG = RunConfig().to_dict()
 FINAL = ("test_acc", "test_loss", "train_acc", "train_loss")
+MAX_CELLS = 10000                        # a grid beyond it is refused before its cells are listed
 
 
 # ---- reading and validating a sweep file ----------------------------------------------------------------
@@ -105,6 +107,8 @@ def parse_probes(spec, source: str) -> dict[str, list[str]]:
             raise UserError(f"{source}: probe {label!r} must be a command line such as \"hessian --top-k 1\"")
         if not str(label).replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise UserError(f"{source}: probe label {label!r}: use letters, digits, '-', '_' and '.' (it names a file)")
+        if "\0" in line:
+            raise UserError(f"{source}: probe {label!r} holds a NUL byte, which no path or value can hold; remove it")
         try:
             argv = shlex.split(line)
         except ValueError as e:
@@ -139,6 +143,38 @@ def check_probe(args) -> None:
         pass
 
 
+INPUTS = ("directions", "other")        # probe options naming a file the probe reads
+
+
+def check_machine(tasks: list[dict], gpus: list[int] | None) -> None:
+    """What only this machine can say, before anything trains: each run's --device exists here (unless --gpus
+    places it), and each probe line's --device and the files it reads exist. Outputs were tried at plan time."""
+    from .device import resolve
+    from .probes.line import options_of
+    p, devices, seen = _probe_parser(), set(), set()
+    for t in tasks:
+        if not gpus and t["config"].get("device") not in devices:
+            devices.add(t["config"].get("device"))
+            try:
+                resolve(t["config"].get("device"))
+            except UserError as e:
+                raise UserError(f"{t['name']} {t['cell']}: the run's {e}") from None
+        for label, argv in t["probes"].items():
+            if label in seen:
+                continue
+            seen.add(label)
+            args = p.parse_args([argv[0], "CKPT", *argv[1:]])
+            try:
+                if "--device" in argv:
+                    resolve(args.device)
+                for k in INPUTS:
+                    v = getattr(options_of(args), k, None)
+                    if v is not None and not Path(v).is_file():
+                        raise UserError(f"--{k} {v}: no such file")
+            except UserError as e:
+                raise UserError(f"probe {label!r} ({shlex.join(argv)}): {e}") from None
+
+
 def _dash(m: dict) -> dict:
     """YAML keys may be spelled as flags (``dir-alpha``) or as fields (``dir_alpha``)."""
     return {str(k).replace("-", "_"): v for k, v in m.items()}
@@ -167,6 +203,10 @@ def plan(sweep: dict, out, source: str = "sweep") -> tuple[list[dict], dict]:
         for v in values:
             if isinstance(v, dict) and key not in _dash(v):
                 raise UserError(f"{source}: grid {key}: an entry that sets several keys must set {key} too (got {v})")
+    cells = math.prod(len(v) for v in grid.values())
+    if cells > MAX_CELLS:                                # counted, not enumerated
+        raise UserError(f"{source}: the grid has {cells} cells ({' x '.join(str(len(v)) for v in grid.values())}); "
+                        f"a sweep takes at most {MAX_CELLS}: split it into several sweep files")
     resources = {**RESOURCES, **_dash(sweep.get("resources") or {})}
     if set(resources) != set(RESOURCES) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                                                    for v in resources.values()):
@@ -408,10 +448,33 @@ def _worker():
 
 
 def _pool():
-    """One worker process (spawn: no forked torch state); tests replace this with a thread."""
+    """One worker process (spawn: no forked torch state) that ends with this one; tests replace this with a
+    thread."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_end_with, initargs=(os.getpid(),))
+
+
+def _end_with(parent: int) -> None:
+    """A worker's initializer: end when the sweep's process ends, also by kill -9 (Linux: the kernel's
+    PR_SET_PDEATHSIG; elsewhere a thread that watches the parent's pid)."""
+    import signal
+    import threading
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)     # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    if os.getppid() != parent:                       # the sweep ended before the signal was asked for
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _local(tasks, devices: list, done):
@@ -555,6 +618,8 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
     workers = workers or default_workers(gpus)
     out_dir(out, "--out")
     tasks, meta = plan(spec, out, source)
+    if backend == "local":                           # Ray runs elsewhere: its machines answer for themselves
+        check_machine(tasks, gpus)
     for t in tasks:
         t["status"] = status(t["path"])
         if t["status"] == "failed":                 # failed in an earlier session: keep its error in the index
@@ -582,7 +647,7 @@ def run(sweep, out=None, backend: str = "local", address: str | None = None, wor
         for record in result if isinstance(result, list) else [result]:
             by_name[record["name"]].update(status=record["status"], error=record.get("error"))
             bar.update(1)
-            if record["status"] == "failed" and not quiet:
+            if record["status"] == "failed":        # also with --quiet: a failure is never silent
                 bar.write(f"failed: {record['name']} {record['cell']}: {record.get('error')}", file=sys.stderr)
         index()
     n = min(workers, max(len(todo), 1)) if backend == "local" else ray_cpus
@@ -673,8 +738,10 @@ def main(argv=None) -> int:
         with pd.option_context("display.width", 160, "display.max_columns", 30):
             print(df[cols].to_string(index=False))
     out = args.out or Path("runs") / Path(args.sweep).stem
-    print(f"{len(df) - len(failed)} of {len(df)} runs done -> {out}"
-          + (f"; {len(failed)} failed (see RUN/failed.json; --retry-failed runs them again)" if len(failed) else ""))
+    print(f"{len(df) - len(failed)} of {len(df)} runs done -> {out}")
+    if len(failed):
+        print(f"error: {len(failed)} of {len(df)} runs failed (each: RUN/failed.json; --retry-failed runs them "
+              f"again)", file=sys.stderr)
     return 1 if len(failed) else 0
 
 

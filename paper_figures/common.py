@@ -114,6 +114,8 @@ def parse_args(description: str, argv=None, need_data: bool = True) -> argparse.
     if err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2)
+    from fedlab_analysis.cli import out_dir as writable_dir
+    writable_dir(args.out, "--out")                  # before any work: one line (a UserError) if it cannot be
     args.full = args.tier == "full"
     from fedlab_analysis.device import resolve, set_threads
     set_threads(1)                                   # the MLPs are fastest on one thread; shares the machine
@@ -126,7 +128,23 @@ def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None)
     """Every script's main: parse the command line, train the script's runs (``run_list(tier, seeds)`` of its
     module, through the pool of ``--workers``), compute (and plot), save data.json + fig.png, print the verdicts.
     ``compute(seeds, tier)`` returns (data, fig), or the data alone when ``plot(data)`` draws the figure;
-    ``summary(data)`` is what is printed (default: the table's rows and the counts per verdict)."""
+    ``summary(data)`` is what is printed (default: the table's rows and the counts per verdict). Under the commands'
+    guard (``fedlab_analysis.cli.guard``): bad input one line, exit 2; a defect one line, exit 1 (--debug: the
+    traceback)."""
+    from fedlab_analysis.cli import guard
+    done = {}
+
+    @guard(f"paper_figures.{name}")
+    def guarded(argv):
+        done["data"] = _run_script(name, compute, doc, argv, plot, summary)
+        return 0
+    code = guarded(sys.argv[1:] if argv is None else [str(a) for a in argv])
+    if code:
+        raise SystemExit(code)
+    return done["data"]
+
+
+def _run_script(name: str, compute, doc: str, argv, plot, summary) -> dict:
     args = parse_args(doc.split("\n\n")[0], argv)
     mod = sys.modules.get(getattr(compute, "__module__", ""), None)
     try:

@@ -182,14 +182,67 @@ def same_behaviour(old: dict, key: dict, root: Path) -> bool:
     return True
 
 
+def _json_dict(path: Path, what: str) -> dict:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{what} cannot be read ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{what} holds a {type(d).__name__}, not a mapping")
+    return d
+
+
+def _torch_dict(path: Path, what: str) -> dict:
+    import torch
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:                            # noqa: BLE001  truncated zips fail in many ways
+        raise ValueError(f"{what} cannot be read ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
+    if not isinstance(d, dict) or isinstance(d.get("round"), bool) or not isinstance(d.get("round"), int):
+        raise ValueError(f"{what} is not a checkpoint (no round number)")
+    return d
+
+
+def damaged(task: dict) -> str | None:
+    """Why the task's entry cannot be used as it is (a file empty, garbage, a list or a folder; a checkpoint cut
+    short), or None: what a killed worker or a full disk can leave. Such an entry is trained again."""
+    from fedlab_analysis.errors import UserError
+    from fedlab_analysis.rundir import read_metrics
+    p = Path(task["path"])
+    try:
+        if not p.exists():
+            return None
+        _json_dict(p / "key.json", "key.json")
+        for name in ("done.json", "failed.json", "run/config.json"):
+            if (p / name).exists() or (p / name).is_symlink():
+                _json_dict(p / name, name)
+        if (p / "done.json").exists() and not (p / "run" / "config.json").exists():
+            raise ValueError("done.json is there but run/config.json is missing")
+        try:
+            if (p / "run" / "metrics.jsonl").is_dir():
+                raise ValueError("metrics.jsonl is a folder")
+            if not read_metrics(p / "run" / "metrics.jsonl") and (p / "done.json").exists():
+                raise ValueError("metrics.jsonl holds no rows, yet done.json says the run is done")
+        except UserError as e:
+            raise ValueError(f"metrics.jsonl: {e}") from None
+        for f in [p / "run" / "ckpt" / "last.pt", *sorted((p / "matched").glob("loss_*.pt"))]:
+            if f.exists() or f.is_symlink():
+                _torch_dict(f, str(f.relative_to(p)))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def status(task: dict) -> str:
-    """new / partial / failed / done. An entry is current when its key.json equals the task's key, or when the two
-    differ in ``source`` and/or ``hooks_source`` alone and the memo ``<root>/fingerprints.json`` gives the old and
+    """new / damaged / partial / failed / done. An entry is current when its key.json equals the task's key, or when
+    the two differ in ``source`` and/or ``hooks_source`` alone and the memo ``<root>/fingerprints.json`` gives the old and
     the new source of each the same behavioural fingerprint (:func:`same_behaviour`, :mod:`paper_figures.fingerprint`,
     :mod:`paper_figures.hooks_fingerprint`)."""
     p = Path(task["path"])
-    if not (p / "key.json").exists():
+    if not (p / "key.json").exists() and not (p / "key.json").is_symlink():
         return "new"
+    if damaged(task):
+        return "damaged"
     old = json.loads((p / "key.json").read_text())
     if old != task["key"] and not same_behaviour(old, task["key"], p.parent):
         return "new"
@@ -304,6 +357,9 @@ def _prepare(task: dict):
     from fedlab_analysis.config import RunConfig
     entry = Path(task["path"])
     st = status(task)
+    if st == "damaged":                           # healed: trained again from scratch
+        print(f"warning: damaged cache entry {entry}: {damaged(task)}; training it again", file=sys.stderr)
+        st = "new"
     if st == "new" and entry.exists():
         shutil.rmtree(entry)                      # a stale key: nothing of it is reused
     entry.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import importlib
 import sys
 from collections import OrderedDict
 
+from fedlab_analysis.cli import guard
 from paper_figures import common
 from paper_figures import runs as R
 
@@ -64,12 +65,13 @@ def plan_table(tasks: list[dict], per: dict, workers: int, tier: str = "mnist") 
     return "\n".join(lines)
 
 
+@guard("paper_figures.tier")
 def main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--plan", action="store_true")
     ap.add_argument("--only", nargs="+", default=None)
-    own, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    own, rest = ap.parse_known_args(argv)
     if "-h" in rest or "--help" in rest:
         print(__doc__ + "\n--plan: print the run table and the estimated time, train nothing; --only SCRIPT ...: "
               "only these scripts' runs, in the order given; and the scripts' flags:")
@@ -82,6 +84,10 @@ def main(argv=None) -> int:
     tasks, per = collect(args.tier, args.seeds, only)
     print(plan_table(tasks, per, args.workers, args.tier))
     if plan:
+        for t in tasks:                               # what a killed worker or a full disk left: trained again
+            why = R.damaged(t)
+            if why:
+                print(f"damaged: {t['path']}: {why}; it will be trained again")
         left = [t for t in tasks if R.status(t) != "done"]
         hours = sum(t["est"] for t in left) / 3600 / args.workers
         print(f"{len(tasks) - len(left)} of {len(tasks)} runs done; {hours:.1f} h left with {args.workers} "

@@ -133,7 +133,7 @@ def test_real_cached_copy():
     """The real files, where ``make data`` has made them: every array's IDX bytes have the official release's
     sha256 (``load`` checks them); sizes, Fashion-MNIST's balanced classes and first labels, and the mean/std
     the loader normalises with."""
-    npz = fmnist.cache_dir() / fmnist.NPZ
+    npz = fmnist.root("fmnist") / fmnist.NPZ
     if not npz.is_file():
         if os.environ.get("FEDLAB_REQUIRE_DATA"):          # CI runs `make data` first: absent is a failure there
             pytest.fail(f"{npz} absent although FEDLAB_REQUIRE_DATA is set (`make data` did not make it)")

@@ -3,8 +3,10 @@ peak memory is read in its own process; the fake CIFAR-10 files load through the
 passes end to end (slow)."""
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,23 @@ def test_smoke_run_end_to_end(tmp_path):
     assert "last.pt" in rows[2] and "eigenvalues" in rows[3] and "fedsmoo" in rows[5] and "fedsmoo" in rows[8]
     assert "fedavg: s/round compile" in rows[6] and "reference" in rows[7] and "ms a step packed" in rows[9]
     assert "fedavg (bf16): s/round vmap" in rows[10]
+
+
+def test_smoke_without_out_writes_only_under_its_own_temporary_folder(monkeypatch, capsys):
+    """The committed benchmarks/gpu_check.md holds GPU measurements: a smoke run never replaces it."""
+    monkeypatch.delenv("OUT", raising=False)
+    committed = {p: p.read_bytes() for p in (ROOT / "benchmarks").glob("gpu_check.*") if p.is_file()}
+    log = ROOT / "benchmarks" / "gpu_check.log"
+    had_log = log.exists()
+    try:
+        assert gc.main(["--smoke", "--only", "1"]) == 0
+        assert {p: p.read_bytes() for p in (ROOT / "benchmarks").glob("gpu_check.*") if p.is_file()} == committed
+        where = Path(capsys.readouterr().out.strip().splitlines()[-1].split("-> ")[1].split(",")[0]).parent
+        assert where.parent == Path(tempfile.gettempdir()) and where.name.startswith("gpu_check-smoke-")
+        assert (where / "gpu_check.md").is_file() and (where / "gpu_check.log").is_file()
+        shutil.rmtree(where)
+    finally:
+        for p, b in committed.items():           # a failing run must not leave the committed record overwritten
+            p.write_bytes(b)
+        if not had_log:
+            log.unlink(missing_ok=True)              # a failing run's, never committed

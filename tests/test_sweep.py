@@ -115,7 +115,7 @@ def test_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     path.write_text(yaml.safe_dump(spec))
     out = tmp_path / "out"
     assert sweep.main([str(path), "--out", str(out), "--workers", "1", "--quiet"]) == 1
-    assert "1 failed" in capsys.readouterr().out
+    assert "error: 1 of 2 runs failed" in capsys.readouterr().err         # the count, on stderr
     index = {r["cell"]["clients"]: r for r in json.loads((out / "sweep.json").read_text())["runs"]}
     assert index[4]["status"] == "done" and index[5000]["status"] == "failed"
     assert "--clients" in index[5000]["error"]

