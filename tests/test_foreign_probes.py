@@ -190,3 +190,15 @@ def test_a_whole_pickled_module_is_refused_unread_with_the_fix(trained, tmp_path
     code = probe.main(["hessian", str(tmp_path / "whole.pt"), "--model", "mlp", "--dataset", "digits"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "refused unread" in err and "state_dict()" in err, err
+
+
+@pytest.mark.parametrize("line", ["hessian --model mlp --dataset digits", "trace --dry-run"])
+def test_a_sweep_probe_line_refuses_the_foreign_flags_before_training(line):
+    """A sweep's probe line probes the run it trained: a state_dict's flags or --dry-run are refused at plan time."""
+    import re
+
+    from fedlab_analysis import sweep
+    from fedlab_analysis.errors import UserError
+    flag = line.split()[1]
+    with pytest.raises(UserError, match=re.escape(f"{flag} cannot act in a sweep's probe line")):
+        sweep.parse_probes([line], "s.yaml")

@@ -35,6 +35,11 @@ def _exact(model, x, y, bn_mode):
     shapes = [p.shape for _, p in model.named_parameters()]
     w0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     rm, rv = model[1].running_mean.clone(), model[1].running_var.clone()
+    if bn_mode == "recalibrate":     # torch.optim.swa_utils.update_bn's rule: the average of the batches' statistics
+        with torch.no_grad():
+            h = [xb @ model[0].weight.T + model[0].bias for xb in x.split(B)]
+            rm = torch.stack([t.mean(0) for t in h]).mean(0)
+            rv = torch.stack([t.var(0, unbiased=True) for t in h]).mean(0)
 
     def loss(w):
         p, i = {}, 0
@@ -63,7 +68,7 @@ def _untouched(model, snap):
     assert now.keys() == state.keys() and all(torch.equal(now[k], state[k]) for k in state)
 
 
-@pytest.mark.parametrize("bn_mode", ["train", "eval"])
+@pytest.mark.parametrize("bn_mode", ["train", "eval", "recalibrate"])
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_hessian_and_trace_of_a_module_with_batchnorm_against_the_exact_hessian(bn_mode, mode):
     model, x, y, loader = _setup()
@@ -74,7 +79,7 @@ def test_hessian_and_trace_of_a_module_with_batchnorm_against_the_exact_hessian(
     r = fl.hessian(model, loader, top_k=3, tol=1e-10, bn_mode=bn_mode)
     _untouched(model, snap)
     assert r["bn_mode"] == bn_mode and r["n_samples"] == N and r["n_params"] == H.shape[0]
-    assert r["bn_batch"] == (B if bn_mode == "train" else None)            # the loader's batches
+    assert r["bn_batch"] == (None if bn_mode == "eval" else B)             # the loader's batches
     assert r["eigenvalues"] == pytest.approx(exact[:3].tolist(), rel=1e-8, abs=1e-10)
     t = fl.trace(model, loader, products=3 * H.shape[0], bn_mode=bn_mode)  # Hutch++ with >= P products: exact
     _untouched(model, snap)

@@ -151,3 +151,21 @@ def test_a_client_equal_to_the_global_model_spans_no_plane(run_dir, tmp_path, ca
     assert code == 0 and last[0] not in r["clients"], r["clients"]
     code, _, cap = _run([*base, "--clients-pair", f"{last[0]},{last[1]}"], capsys, tmp_path)
     assert code == 2 and "equal within round-off" in cap.err, cap.err
+
+
+def test_pyhessian_trace_stopping_on_a_negative_running_mean_is_said():
+    """PyHessian 0.1's trace stops once its running mean is negative (it divides by the signed mean); the backend
+    says so beside the number instead of passing off an early stop as converged."""
+    pytest.importorskip("pyhessian")
+    import fedlab_analysis as fl
+    from torch import nn
+    torch.manual_seed(1)
+    m = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(4)
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    r = fl.trace(m, (x, y), products=20, backend="pyhessian", tol=1e-3)
+    assert r["n_probes"] < 20 and "running mean is negative" in r["notes"][0]
+    full = fl.trace(m, (x, y), products=20, backend="pyhessian", tol=float("-inf"))
+    assert full["n_probes"] == 20 and "notes" not in full

@@ -279,6 +279,10 @@ def _pyhessian(args, bundle, batches, spec, question):
                 s = np.array(h.trace(maxIter=args.products, tol=args.tol))
                 out = {"trace": float(s.mean()), "stderr": float(s.std(ddof=1) / np.sqrt(len(s))) if len(s) > 1
                        else None, "n_probes": len(s)}
+                if len(s) < args.products and s[:-1].mean() < 0:       # its rule divides by the signed mean
+                    out["notes"] = [f"PyHessian stopped after {len(s)} of {args.products} probes: its test "
+                                    "|mean_k - mean_(k-1)| / (mean_(k-1) + 1e-6) < tol always holds once the "
+                                    "running mean is negative; use --backend ours for the estimate"]
             else:
                 try:
                     nodes, weights = h.density(iter=args.steps, n_v=args.vectors)

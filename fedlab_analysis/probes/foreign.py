@@ -37,20 +37,22 @@ def given(opts) -> bool:
 def check(opts) -> None:
     """The foreign flags together, before anything is read: one model source, the data, a sane split."""
     from .common import refuse
-    if opts.model and opts.model_factory:
+    model, factory_, dataset, partition, clients, alpha = (getattr(opts, n, None) for n in (
+        "model", "model_factory", "dataset", "partition", "clients", "dir_alpha"))
+    if model and factory_:
         raise UserError("give either --model NAME or --model-factory FILE.py:callable, not both")
     if not given(opts):
         refuse(opts, [f for f in FLAGS if f not in ("model", "model_factory")],
                "without --model or --model-factory (it describes a plain state_dict)")
         return
-    if opts.model_factory:
+    if factory_:
         refuse(opts, ["model_kwargs"], "with --model-factory (the factory builds the module itself)")
-    if not opts.dataset:
+    if not dataset:
         raise UserError("a plain state_dict needs its data: add --dataset NAME (e.g. digits, cifar10; --data-dir "
                         "DIR for the real ones)")
-    if opts.partition and not opts.clients:
-        raise UserError(f"--partition {opts.partition} needs --clients N (how many clients to split into)")
-    if opts.dir_alpha is not None and opts.partition not in ("dirichlet", "labeldir"):
+    if partition and not clients:
+        raise UserError(f"--partition {partition} needs --clients N (how many clients to split into)")
+    if alpha is not None and partition not in ("dirichlet", "labeldir"):
         refuse(opts, ["dir_alpha"], "without --partition dirichlet or labeldir")
 
 

@@ -55,6 +55,10 @@ def check_args(args, outputs: bool = True) -> None:
     for flag, v in (("CKPT", args.ckpt), ("--data-dir", args.data_dir)):
         if v is not None and not str(v).strip():
             raise UserError(f"{flag}: an empty path; give a path" + (" or leave it out" if flag != "CKPT" else ""))
+    if not outputs:                                  # a sweep's line: it probes the run it trained, in full
+        from . import common, foreign
+        common.refuse(args, [*foreign.FLAGS, "dry_run"], "in a sweep's probe line (it probes the run's own "
+                      "checkpoint)")
     data_spec(args.data)
     layer_spec(getattr(args, "layer", None))
     for k, v in vars(args).items():                  # every probe's own options too
