@@ -145,7 +145,8 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = F
     algo = ALGORITHMS[cfg.algo](cfg)
     s = 8 if cfg.dtype == "float64" else 4
     n_tr, n_te, shape, n_classes = data_shape(cfg, dataset)
-    if cfg.clients > n_tr:                             # partitions refuse it too, after loading the data
+    if dataset is None and cfg.clients > n_tr:         # partitions refuse it too, after loading the data (a data set
+                                                       # given here is partitioned already: its own clients count)
         from .errors import UserError
         raise UserError(f"--clients {cfg.clients} exceeds the {n_tr} training samples of {cfg.dataset}; use at most "
                         f"{n_tr} clients")
