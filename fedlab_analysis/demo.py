@@ -49,6 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="out/demo")
     p.add_argument("--rounds", type=arg_type(int, lo=1), default=DEMO["rounds"])
     p.add_argument("--grid", type=arg_type(int, lo=2), default=21, help="loss-surface grid size")
+    p.add_argument("--seed", type=arg_type(int, lo=0), default=DEMO["seed"], help="seed of both runs (the split "
+                   "of the clients included; the probes' 1000-sample subset keeps seed 0)")
     args = p.parse_args(argv)
     try:
         out = out_dir(args.out)
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
 
     # ---- 1. FedAvg -------------------------------------------------------------------------------------------
-    cfg = RunConfig(**{**DEMO, "rounds": args.rounds})
+    cfg = RunConfig(**{**DEMO, "rounds": args.rounds, "seed": args.seed})
     run = train(cfg, out / "fedavg", overwrite=True)          # make demo regenerates its runs
     rows = {"FedAvg": plots.read_metrics(out / "fedavg")}
     print(f"FedAvg on digits, {cfg.clients} clients, Dirichlet {cfg.dir_alpha}: final test accuracy "
@@ -71,7 +73,8 @@ def main(argv=None) -> int:
 
     # ---- 2. FedSMOO on the same clients ----------------------------------------------------------------------
     t1 = time.perf_counter()
-    train(RunConfig(**{**DEMO, "rounds": args.rounds, "algo": "fedsmoo", "rho": 0.05}), out / "fedsmoo",
+    train(RunConfig(**{**DEMO, "rounds": args.rounds, "seed": args.seed, "algo": "fedsmoo", "rho": 0.05}),
+          out / "fedsmoo",
           overwrite=True)
     rows["FedSMOO"] = plots.read_metrics(out / "fedsmoo")
     print(f"FedSMOO (rho 0.05, lamb 0.1): final test accuracy {rows['FedSMOO'][-1]['test_acc']:.4f} "

@@ -145,8 +145,9 @@ def plan(cfg, dataset=None, hooks=(), name: str | None = None, running: bool = F
     algo = ALGORITHMS[cfg.algo](cfg)
     s = 8 if cfg.dtype == "float64" else 4
     n_tr, n_te, shape, n_classes = data_shape(cfg, dataset)
-    # the partitions refuse it too, after loading the data; natural clients come from the data (--clients unread)
-    if cfg.clients > n_tr and cfg.partition != "natural":
+    # the partitions refuse it too, after loading the data; a data set given here is partitioned already, and
+    # natural clients come from the data (--clients unread)
+    if dataset is None and cfg.clients > n_tr and cfg.partition != "natural":
         from .errors import UserError
         raise UserError(f"--clients {cfg.clients} exceeds the {n_tr} training samples of {cfg.dataset}; use at most "
                         f"{n_tr} clients")

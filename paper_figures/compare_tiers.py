@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from fedlab_analysis.cli import guard
 from paper_figures import common as C
 
 
@@ -40,6 +41,7 @@ def table(pairs, a: str, b: str, changed_only: bool = False) -> str:
     return "\n".join(lines) + f"\n\n{n} of {len(pairs)} comparisons ({scripts} scripts) change verdict from {a} to {b}."
 
 
+@guard("paper_figures.compare_tiers")
 def main(argv=None) -> int:
     import argparse
 

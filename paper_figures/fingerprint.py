@@ -32,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fedlab_analysis.cli import guard
+
 MEMO = "fingerprints.json"
 HOOKS_PREFIX = "hooks:"                   # memo keys of hooks fingerprints; a training source hash is 12 hex digits
 DIGITS = 9
@@ -264,6 +266,7 @@ def cached_tags(root) -> list:
     return sorted(t for t in tags if t in runs.HOOKS)
 
 
+@guard("paper_figures.fingerprint")
 def main(argv=None) -> int:
     from fedlab_analysis.options import ArgParser
     from paper_figures import common

@@ -2,7 +2,10 @@
 
 - The README's demo transcript is what `python -m fedlab_analysis.demo` prints (slow: the demo trains two models).
   Normalised: the timings in parentheses ("(43.8 s)", "(158 s in all)") and the output folder; every other word must
-  be equal, and every number equal to within one unit of its last printed digit (3 decimals: 0.001).
+  be equal, and every number equal to within SPREAD_K seed-to-seed standard deviations of that number
+  (benchmarks/demo_spread.py measures them, benchmarks/demo_spread.json holds them), and never less than one unit
+  of its last printed digit: another CPU's floating-point path moves the digits, FedSMOO's run more than FedAvg's.
+  The settings the demo prints (20 clients, 30 rounds, 1000 of 1420 samples) move with no seed: they are exact.
 - No absolute machine path in a committed notebook's outputs or in paper_figures/out/**/data.json.
 - The cached theory report is keyed by its command and by the package's source (fedlab_analysis.provenance).
 - plots.check refuses bars on a log axis and twin axes; surface panels share one labelled (log) colour scale.
@@ -42,8 +45,19 @@ def normalise(text: str) -> list[str]:
     return [re.sub(r"^wrote \S+/:", "wrote OUT/:", s) for s in lines]
 
 
-def transcript_diff(readme: str, printed: str) -> list[str]:
-    """Where the README's transcript and the demo's output disagree (empty: they agree)."""
+SPREAD_K = 2                 # tolerance: this many seed-to-seed standard deviations of each number
+
+
+def demo_spread() -> list[list[float]]:
+    """Per transcript line, each number's standard deviation across seeds (benchmarks/demo_spread.json)."""
+    return json.loads((ROOT / "benchmarks" / "demo_spread.json").read_text())["std"]
+
+
+def transcript_diff(readme: str, printed: str, spread: list[list[float]] | None = None) -> list[str]:
+    """Where the README's transcript and the demo's output disagree (empty: they agree): words exactly, numbers
+    within ``SPREAD_K`` times their seed-to-seed spread (``spread``, as :func:`demo_spread`) and at least one unit of
+    the last printed digit, a number that no seed moves exactly; without ``spread``, within one unit of the last
+    digit."""
     a, b = normalise(readme), normalise(printed)
     if len(a) != len(b):
         return [f"README has {len(a)} lines, the demo printed {len(b)}"]
@@ -52,8 +66,13 @@ def transcript_diff(readme: str, printed: str) -> list[str]:
         if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
             out.append(f"line {i + 1} words: {x!r} != {y!r}")
             continue
-        for u, v in zip(_NUMBER.findall(x), _NUMBER.findall(y)):
-            if abs(float(u) - float(v)) > _unit(u) * (1 + 1e-9):
+        for j, (u, v) in enumerate(zip(_NUMBER.findall(x), _NUMBER.findall(y))):
+            if spread is None:
+                tol = _unit(u)
+            else:                                   # a setting (no spread across seeds) is exact
+                sd = spread[i][j] if i < len(spread) and j < len(spread[i]) else 0.0
+                tol = max(_unit(u), SPREAD_K * sd) if sd > 0 else 0.0
+            if abs(float(u) - float(v)) > tol * (1 + 1e-9):
                 out.append(f"line {i + 1}: README {u} != printed {v}")
     return out
 
@@ -82,6 +101,26 @@ def test_transcript_diff_catches_a_stale_transcript():
     assert transcript_diff("\n".join(PRINTED.splitlines()[:-1]), PRINTED)           # and a missing line
 
 
+def test_another_cpus_transcript_passes_and_a_change_beyond_the_seed_spread_is_caught():
+    """The numbers another x86 CPU printed for the same seed (issue 40) are within the spread; a number moved by
+    three of its seed-to-seed deviations, a changed setting or a changed word is not."""
+    readme = readme_transcript((ROOT / "README.md").read_text())
+    spread = demo_spread()
+    assert len(spread) == len(normalise(readme)), "benchmarks/demo_spread.json: one row per transcript line"
+    other = readme.replace("4.726", "4.734").replace("1.145, 1.054, 0.639", "1.114, 0.834, 0.539") \
+                  .replace("trace 7.09", "trace 6.19")
+    assert transcript_diff(readme, other, spread) == []
+    assert transcript_diff(readme, other)                                  # the old rule: one unit of the last digit
+    lines = normalise(readme)
+    i = next(k for k, s in enumerate(lines) if s.startswith("FedSMOO: top"))
+    u = _NUMBER.findall(lines[i])[0]
+    moved = readme.replace(f"eigenvalues {u}", f"eigenvalues {float(u) + 3 * spread[i][0]:.3f}")
+    assert transcript_diff(readme, moved, spread)
+    assert transcript_diff(readme, readme.replace("20 clients", "21 clients"), spread)
+    assert transcript_diff(readme, readme.replace("of the 1420", "of the 1421"), spread)
+    assert transcript_diff(readme, readme.replace("lamb 0.1", "lambda 0.1"), spread)
+
+
 @pytest.mark.slow
 def test_readme_demo_transcript_is_what_the_demo_prints(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -89,7 +128,7 @@ def test_readme_demo_transcript_is_what_the_demo_prints(tmp_path):
     p = subprocess.run([sys.executable, "-m", "fedlab_analysis.demo", "--out", str(tmp_path / "demo")],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
     assert p.returncode == 0, p.stderr[-2000:]
-    diff = transcript_diff(readme_transcript((ROOT / "README.md").read_text()), p.stdout)
+    diff = transcript_diff(readme_transcript((ROOT / "README.md").read_text()), p.stdout, demo_spread())
     assert not diff, "the README's demo transcript is stale; paste the demo's output:\n" + "\n".join(diff) + \
         "\n" + p.stdout
 

@@ -104,3 +104,15 @@ def test_a_defect_in_a_script_is_one_line_and_debug_shows_the_traceback(tmp_path
     assert code == 1 and len(err.strip().splitlines()) == 1 and "ZeroDivisionError" in err and "--debug" in err
     code, err, _ = call(fedals_table2_comm.main, ["--out", tmp_path, "--debug"])
     assert code == 1 and "Traceback" in err
+
+
+@pytest.mark.parametrize("module, patch, argv", [("paper_figures.tier", "collect", ["--plan"]),
+                                                 ("paper_figures.compare_tiers", "compare", []),
+                                                 ("paper_figures.fingerprint", "recorded", [])])
+def test_every_paper_figures_entry_point_is_under_the_guard(module, patch, argv, monkeypatch, tmp_path):
+    import importlib
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, patch, lambda *a, **k: 1 / 0)
+    code, err, _ = call(mod.main, [*argv, *(["--out", tmp_path] if module != "paper_figures.compare_tiers" else [])])
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and "ZeroDivisionError" in lines[0] and module in lines[0], err
