@@ -150,21 +150,29 @@ def state_dict_of(obj, where: str, strip_prefix: str | None = None) -> dict:
     return dict(sd)
 
 
+def misfit(sd: dict, want: dict, ignore=()) -> list[str]:
+    """What keeps the state_dict ``sd`` from fitting a model whose tensors are ``want`` (name -> shape), names in
+    ``ignore`` aside: "lacks a, b", "has unknown c", "has wrong shapes for d [2] (model: [3])", each naming the
+    first three; empty when it fits. The one rule of ``fit_state`` (probes) and ``Run._start_from`` (--init)."""
+    missing = [n for n in want if n not in sd]
+    extra = [n for n in sd if n not in want and n not in ignore]
+    wrong = [f"{n} {list(sd[n].shape) if torch.is_tensor(sd[n]) else type(sd[n]).__name__} (model: {list(want[n])})"
+             for n in want if n in sd and (not torch.is_tensor(sd[n]) or tuple(sd[n].shape) != tuple(want[n]))]
+    return [f"{how} {', '.join(names[:3])}{f' (+{len(names) - 3} more)' if len(names) > 3 else ''}"
+            for how, names in (("lacks", missing), ("has unknown", extra), ("has wrong shapes for", wrong)) if names]
+
+
 def fit_state(sd: dict, model, where: str, what: str) -> None:
     """Load the state_dict ``sd`` into ``model`` strictly: a missing, unexpected or mis-shaped tensor, a
     non-floating parameter or a non-finite value is one CheckpointError line naming the first few (``what``: the
     model as the user named it)."""
-    want = model.state_dict()
-    missing = [n for n in want if n not in sd]
+    want = {n: tuple(t.shape) for n, t in model.state_dict().items()}
     extra = [n for n in sd if n not in want]
-    wrong = [f"{n} {list(sd[n].shape)} (model: {list(want[n].shape)})" for n in want
-             if n in sd and tuple(sd[n].shape) != tuple(want[n].shape)]
     hint = ""
     heads = {n.split(".", 1)[0] + "." for n in extra if "." in n}
     if extra and len(heads) == 1 and all(n.startswith(next(iter(heads))) for n in extra):
         hint = f"; its names start with {next(iter(heads))!r}: try --strip-prefix {next(iter(heads))}"
-    said = [f"{how} {', '.join(names[:3])}{f' (+{len(names) - 3} more)' if len(names) > 3 else ''}"
-            for how, names in (("lacks", missing), ("has unexpected", extra), ("has wrong shapes for", wrong)) if names]
+    said = misfit(sd, want)
     if said:
         raise CheckpointError(f"{where}: the state_dict does not fit {what}: it {'; it '.join(said)}{hint}")
     params = {n for n, _ in model.named_parameters()}

@@ -366,7 +366,8 @@ def packs(tasks: list[dict], n: int, pack: str = "auto") -> list[dict]:
         return list(tasks)
     cfgs = [RunConfig.from_dict(t["config"]) for t in tasks]
     able = [i for i, c in enumerate(cfgs) if packable(c)]
-    out = [tasks[i] for i in range(len(tasks)) if i not in set(able)]
+    packed = set(able)
+    out = [t for i, t in enumerate(tasks) if i not in packed]
     for g in groups([cfgs[i] for i in able], n):
         out.append({"pack": [tasks[able[j]] for j in g]} if len(g) > 1 else tasks[able[g[0]]])
     return out

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import load_weights
+from ..checkpoint import load_weights, misfit
 from ..config import RunConfig
 from ..data import Dataset, load_dataset, partition
 from ..data.augment import aug_apply
@@ -279,15 +279,10 @@ class Run:
         if not isinstance(sd, dict):
             raise UserError(f"--init: expected a state dict (name -> tensor), got {type(sd).__name__}")
         need = {l.name: l.shape for l in (*self.space.layers, *self.bspace.layers)}
-        missing = [n for n in need if n not in sd]
-        extra = [n for n in sd if n not in need and n not in self._int_bufs]
-        wrong = [f"{n} {tuple(sd[n].shape)} (model: {need[n]})" for n in need
-                 if n in sd and (not torch.is_tensor(sd[n]) or tuple(sd[n].shape) != tuple(need[n]))]
-        for what, names in (("lacks", missing), ("has unknown", extra), ("has wrong shapes for", wrong)):
-            if names:
-                raise UserError(f"--init: the weights {what} {', '.join(names[:4])}"
-                                f"{' ...' if len(names) > 4 else ''} for model {self.cfg.model!r}; give weights "
-                                f"of this model (same --model, --model-kwargs and data shape)")
+        said = misfit(sd, need, ignore=self._int_bufs)
+        if said:
+            raise UserError(f"--init: the state dict does not fit model {self.cfg.model!r}: it {'; it '.join(said)}; "
+                            f"give weights of this model (same --model, --model-kwargs and data shape)")
         if not all(sd[n].is_floating_point() and torch.isfinite(sd[n]).all() for n in need):
             raise UserError("--init: the weights hold non-floating or non-finite values")
         dev = dict(dtype=self.dtype, device=self.device)

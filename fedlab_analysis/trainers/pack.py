@@ -282,7 +282,7 @@ def train_pack(jobs: list[Job], show: bool = False, desc: str = "pack") -> list[
     for th in threads:
         th.start()
     while any(th.is_alive() for th in threads):
-        threads[0].join(0.5) if threads[0].is_alive() else next(th for th in threads if th.is_alive()).join(0.5)
+        next(th for th in threads if th.is_alive()).join(0.5)
         bar.n = sum(getattr(run, "t", 0) for run in list(batcher.runs.values()))
         bar.refresh()
     bar.close()
