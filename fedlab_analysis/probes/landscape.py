@@ -731,16 +731,20 @@ def _client_pair(bundle, text: str | None) -> list[int]:
 def _check(args):
     """Refuse every flag that cannot act with the others (one line)."""
     from ..rundir import check_file
-    from .common import refuse
     for flag in ("save_directions", "h5"):
         if getattr(args, flag) is not None:
             check_file(getattr(args, flag), "--" + flag.replace("_", "-"))
-    if args.h5 is not None:
+    _conflicts(args)
+    if args.h5 is not None:  # after the conflicts: a flag that cannot act is named first, h5py or not
         try:
             import h5py  # noqa: F401
         except ImportError:
             raise UserError("--h5 needs h5py: pip install 'fedlab_analysis[landscape-h5]' (or pip install h5py)"
                             ) from None
+
+
+def _conflicts(args):
+    from .common import refuse
     if args.grid < 2:
         raise UserError(f"--grid {args.grid} is too small; use at least 2 (3+ for contours)")
     if args.batch_size is not None and args.batch_size < 1:
