@@ -46,15 +46,29 @@ QUICK_BASE = dict(dataset="digits", model="mlp", model_kwargs={"widths": [64]}, 
 # (the matched-fit rungs read it), test accuracy on all 10,000 test images, both every 2 rounds; a checkpoint every
 # 25 rounds (a killed run resumes from it); a run that goes non-finite goes on and is marked (divergence is an
 # outcome, and FedInit Fig. 1 needs the rounds after it).
+# The local gradient is clipped at norm 10 (clip=10), as the authors' released code of FedSMOO, FedLESAM and FedInit
+# clips it (none of the papers states it); FedCM's and FedALS' scripts turn it off (REAL_UNCLIPPED).
 MNIST_BASE = dict(dataset="mnist", model="mlp", model_kwargs={"widths": [200, 200]}, clients=100,
                   partition="dirichlet", dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1,
-                  lr_decay=0.998, wd=1e-3, rounds=300, eval_every=2, eval_train_samples=10000, ckpt_every=25,
-                  on_divergence="continue", quiet=True)
+                  lr_decay=0.998, wd=1e-3, clip=10.0, rounds=300, eval_every=2, eval_train_samples=10000,
+                  ckpt_every=25, on_divergence="continue", quiet=True)
 # the papers' setting (FedSMOO Sec. 5.1, FedLESAM Sec. 5.1, FedCM Sec. 5): CIFAR-10, ResNet-18-GN, 10% of 100
 FULL_BASE = dict(dataset="cifar10", model="resnet18gn", model_kwargs={}, clients=100, partition="dirichlet",
                  dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1, lr_decay=0.998, wd=1e-3,
-                 augment=True, rounds=800, quiet=True)
+                 clip=10.0, augment=True, rounds=800, quiet=True)
 TIERS = {"quick": QUICK_BASE, "mnist": MNIST_BASE, "full": FULL_BASE}
+# Per method, in every tier but quick (whose CI outputs keep one schedule): the FedDyn family decays its learning
+# rate by 0.9995 a round, the others by the base's 0.998 (FedSMOO Sec. 5.1 and App. B.4: "proxy-type methods";
+# FedLESAM App. E.1; FedCM App. C.2; FedInit Sec. 5.1). FedSpeed, FedSMOO Table 8's "FedDyn + local SAM", is
+# proxy-type too (our reading: the ablation then changes one module a row). A script's own override wins.
+PER_METHOD = {a: {"lr_decay": 0.9995} for a in ("feddyn", "fedspeed", "fedsmoo", "fedlesam-d")}
+# the real tiers' override of a paper whose released code does not clip (FedCM, FedALS): merged into its runs
+REAL_UNCLIPPED = {"clip": 0.0}
+# The settings protocol of the real tiers: 1 = every committed output before it was recorded (one decay 0.998 for
+# every method, no clipping, FedInit without its noise); 2 = the per-paper schedule above. save_result stores it
+# with the script's settings fingerprint (settings_record); a committed output whose record differs from the code's
+# was trained under other settings (trained_under).
+PROTOCOL = 2
 SEEDS = {"quick": 3, "mnist": 5, "full": 3}          # default --seeds per tier
 
 VERDICTS = V.OUTCOMES
@@ -182,9 +196,12 @@ def setting(tier="quick", **shown) -> str:
 
 
 def config(cfg_overrides: dict, seed: int = 0, tier="quick") -> RunConfig:
-    """The resolved RunConfig: the tier's base, then the overrides, then the seed."""
+    """The resolved RunConfig: the tier's base, then (but in the quick tier) the method's PER_METHOD settings, then
+    the overrides, then the seed."""
     t = tier_of(tier)
     base = dict(TIERS[t])
+    if t != "quick":
+        base.update(PER_METHOD.get(cfg_overrides.get("algo", base.get("algo", RunConfig.algo)), {}))
     if t == "full":
         base.update(data_dir=_ARGS["data_dir"], device=_ARGS["device"])
     elif t == "mnist":
@@ -372,6 +389,9 @@ def show_tier_results(names, tier: str = "mnist") -> dict:
                              f"`python -m paper_figures.{name} --tier {tier}` writes its figure and numbers."))
             continue
         display(Markdown(f"### {name}: {data['summary']}"))
+        current, line = trained_under(name, tier, data)
+        if not current:
+            display(Markdown(f"*Note: {line}; the settings table shows what the code runs now.*"))
         display(Image(filename=str(committed_dir(name, tier) / "fig.png")))
         display(Markdown(claims_table(data["table"])))
         display(Markdown(reading(data)))
@@ -408,11 +428,50 @@ def out_dir(name: str, tier=None, root=None) -> Path:
     return root / name if tier == "quick" else root / tier / name
 
 
+_MACHINE = ("seed", "device", "data_dir", "client_chunk", "threads", "quiet")
+
+
+def settings_record(name: str, tier) -> dict:
+    """What a real tier's output records of the settings it ran under: ``{"protocol": PROTOCOL, "fingerprint": ...}``,
+    the fingerprint a hash of the resolved configs of the script's ``run_list`` (each config's fields that differ
+    from RunConfig's defaults, the seed and the machine's fields left out), so any change of a run's settings
+    changes it."""
+    import dataclasses
+    import hashlib
+    import importlib
+    mod = importlib.import_module(f"paper_figures.{name}")
+    cfgs = set()
+    for ov, _, tag in (mod.run_list(tier, 1) if hasattr(mod, "run_list") else ()):
+        c = config(ov, 0, tier)
+        cfgs.add(json.dumps({**{f.name: getattr(c, f.name) for f in dataclasses.fields(c)
+                                if f.name not in _MACHINE and getattr(c, f.name) != f.default}, "tag": tag},
+                            sort_keys=True, default=str))
+    return {"protocol": PROTOCOL,
+            "fingerprint": hashlib.sha256("\n".join(sorted(cfgs)).encode()).hexdigest()[:16]}
+
+
+def trained_under(name: str, tier="mnist", data: dict | None = None) -> tuple[bool, str]:
+    """(whether the committed output of ``name`` in ``tier`` was written under the code's current settings, a line
+    saying so). A data.json without a ``settings`` record was written before the record existed: protocol 1 (one
+    decay 0.998 for every method, no clipping, FedInit without its noise)."""
+    data = committed(name, tier) if data is None else data
+    if data is None:
+        return False, "no committed output"
+    got = data.get("settings") or {"protocol": 1}
+    if got == settings_record(name, tier):
+        return True, f"committed output trained under these settings (protocol {got['protocol']})"
+    return False, (f"committed outputs trained under the earlier settings (protocol {got['protocol']}); retrain "
+                   f"with make figures TIER={tier_of(tier)}")
+
+
 def save_result(name: str, data: dict, fig, tier=None) -> Path:
     """:func:`out_dir` /data.json (sorted keys, no timings, so reruns compare equal) and fig.png; --out defaults
-    to paper_figures/out."""
+    to paper_figures/out. In every tier but quick, data.json records the settings it ran under
+    (``settings_record``)."""
     if "summary" not in data:
         raise ValueError(f"save_result({name!r}): data has no 'summary' (common.finish)")
+    if tier_of(tier or _ARGS.get("tier")) != "quick":
+        data = {**data, "settings": settings_record(name, tier_of(tier or _ARGS.get("tier")))}
     d = out_dir(name, tier)
     d.mkdir(parents=True, exist_ok=True)
     (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")

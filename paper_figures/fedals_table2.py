@@ -31,12 +31,12 @@ ALPHAS = (1, 5, 10, 25, 50)
 QUICK = dict(algo="fedals", tau=5, local_steps=5, clients=5, active_ratio=1.0, partition="sorted", batch_size=32,
              lr=0.05, wd=1e-4, model_kwargs={"widths": [64, 64, 64]}, rounds=600, eval_every=50)
 FULL = dict(algo="fedals", tau=5, local_steps=5, model="resnet20", clients=5, active_ratio=1.0, partition="sorted",
-            batch_size=64, lr=0.05, wd=1e-4, lr_decay=1.0, augment=False, rounds=4300, eval_every=100)
+            batch_size=64, lr=0.05, wd=1e-4, lr_decay=1.0, clip=0.0, augment=False, rounds=4300, eval_every=100)
 # mnist tier: FedALS's own protocol (Sec. 2, 7): 5 clients x 2 classes, tau = 5, batch 64, SGD wd 1e-4, on MNIST
 # with the 784-200-200-10 MLP (phi = fc1, fc2; h = fc3), 3,000 rounds = 15,000 local steps (the paper trains a
 # fixed number of iterations, about 2-4e4); alpha in {1, 5, 10, 50}: FedAvg, the peak region and the far end
 MNIST = dict(algo="fedals", tau=5, local_steps=5, clients=5, active_ratio=1.0, partition="sorted", batch_size=64,
-             lr=0.05, wd=1e-4, lr_decay=1.0, rounds=3000, eval_every=50, eval_train_samples=10000)
+             lr=0.05, wd=1e-4, lr_decay=1.0, clip=0.0, rounds=3000, eval_every=50, eval_train_samples=10000)
 MNIST_ALPHAS = (1, 5, 10, 50)
 DEFS = {"quick": QUICK, "mnist": MNIST, "full": FULL}
 

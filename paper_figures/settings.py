@@ -119,10 +119,9 @@ SCALE = ("data set and model scale: the MNIST tier trains every run on a CPU (pa
          "`--tier full` runs the papers' CIFAR-10 and ResNet")
 ROUNDS = ("the tier's CPU budget; the last-round learning-rate row says whether the schedule still reaches the "
           "paper's end")
-DECAY = ("one decay, 0.998, for every method of the tier (common.MNIST_BASE), so that the methods of one figure "
-         "step alike; the paper gives its FedDyn-family methods 0.9995 (`--lr-decay 0.9995`)")
-CLIP = ("the tier does not clip, as the paper states no clipping; the authors' released code clips the local "
-        "gradient at norm 10 (`--clip 10`)")
+DECAY = ("the tier's per-method decay (common.PER_METHOD: 0.9995 for the FedDyn family, the base's 0.998 for the "
+         "others) is not the paper's here")
+CLIP_WHERE = "not in the paper; the authors' released code (clip_grad_norm_, max_norm 10)"
 SEEDS = "the tier's budget (common.SEEDS)"
 TRIM = "trimmed to fit the tier's budget (paper_figures/README_TIER.md, \"What each script keeps\")"
 FROM_CODE = "; the paper's numbers came from the released code"
@@ -142,14 +141,15 @@ PAPERS = {
         Knob("batch_size", "batch size", "Sec. 5.1", 50),
         Knob("local_work", "local work per round", "Sec. 5.1", "5 epochs"),
         Knob("lr", "local learning rate eta_l", "Sec. 5.1", 0.1),
-        Knob("lr_decay", "learning-rate decay per round", "Sec. 5.1; App. B.4, Table 5",
-             {"feddyn": 0.9995, "fedsmoo": 0.9995, "*": 0.998}, DECAY),
+        Knob("lr_decay", "learning-rate decay per round",
+             "Sec. 5.1; App. B.4 (proxy-type methods: FedSpeed, our reading)",
+             {"feddyn": 0.9995, "fedspeed": 0.9995, "fedsmoo": 0.9995, "*": 0.998}, DECAY),
         Knob("wd", "weight decay", "Sec. 5.1", 1e-3),
         Knob("server_lr", "global learning rate eta_g", "Sec. 5.1", {"fedadam": 0.1, "*": 1.0}),
         Knob("rho", "SAM learning rate r", "Sec. 5.1; App. B.4, Table 5", {"fedsam": 0.01, "mofedsam": 0.01, "*": 0.1}),
         Knob("lamb", "penalised coefficient 1/beta", "App. B.4, Table 5 (beta = 10)", 0.1),
         Knob("rounds", "rounds T", "Table 1", 800, ROUNDS),
-        Knob("clip", "gradient clipping (norm)", "", None, CLIP, code=10.0),
+        Knob("clip", "gradient clipping (norm)", CLIP_WHERE, 10.0),
         Knob("seed", "seeds per configuration", "", None, SEEDS),
         Knob("smoo_server", "server perturbation s", "Alg. 1", "paper", code="code",
              code_note="the released code averages mu_i alone (`--smoo-server code`)" + FROM_CODE),
@@ -170,7 +170,7 @@ PAPERS = {
              {"fedlesam-d": None, "fedlesam-s": None, "*": 0.1},
              "the paper gives no coefficient for its own variants; the tier uses FedSMOO's 0.1"),
         Knob("rounds", "rounds T", "Sec. 6.1", 800, ROUNDS),
-        Knob("clip", "gradient clipping (norm)", "", None, CLIP, code=10.0),
+        Knob("clip", "gradient clipping (norm)", CLIP_WHERE, 10.0),
         Knob("seed", "seeds per configuration", "", None, SEEDS),
         Knob("lesam_source", "FedLESAM perturbation direction", "Alg. 1; Sec. 4.1", "client_old",
              code="last_global_update",
@@ -195,7 +195,8 @@ PAPERS = {
         Knob("alpha", "FedCM alpha", "App. C.2 (Setting I, Dirichlet 0.6)", {"fedcm": 0.1}),
         Knob("eps", "FedAdam tau", "App. C.2", {"fedadam": 0.01}),
         Knob("rounds", "rounds T", "Sec. 6.1", 4000, ROUNDS),
-        Knob("clip", "gradient clipping (norm)", "", None, "the tier does not clip; the paper states no clipping"),
+        Knob("clip", "gradient clipping (norm)", "", None, "the paper states no clipping; the tier does not clip "
+             "(common.REAL_UNCLIPPED)"),
         Knob("seed", "seeds per configuration", "", None, SEEDS),
     ),
     "fedinit": (
@@ -217,7 +218,7 @@ PAPERS = {
              "the paper states no default (Fig. 1 sweeps it); the released code: 0.1"),
         Knob("lamb", "FedDyn coefficient", "", {"feddyn": None}, "the paper states none; FedSMOO's 0.1"),
         Knob("rounds", "rounds T (CIFAR-10)", "Sec. 5.1", 500, ROUNDS),
-        Knob("clip", "gradient clipping (norm)", "", None, CLIP, code=10.0),
+        Knob("clip", "gradient clipping (norm)", CLIP_WHERE, 10.0),
         Knob("seed", "seeds per configuration", "", None, SEEDS),
         Knob("ri_agg", "aggregation with RI", "Alg. 1, line 16", "final_avg", code="delta_from_init",
              code_note="the released code adds the mean update from each relaxed start (`--ri-agg "
@@ -456,6 +457,10 @@ CONTROLS = (   # (what the control isolates, method arm, base arm); an arm: (scr
 )
 
 
+def _arm_scripts() -> set:
+    return {a[0] for _, arms, base in CONTROLS for a in (*arms, base)}
+
+
 def controls() -> list[dict]:
     """Each control row: the paired per-seed effect (method minus base, in points) with its 95% t interval and the
     relative reduction of test error (verdict.interval, verdict.relative), from the committed data.json files.
@@ -492,6 +497,7 @@ def render(script: str) -> str:
              + {True: "the tier's last-round learning rate is within a factor 10 of the paper's.",
                 False: f"**{SHORT}**: the claims are judged before the paper's schedule has annealed.",
                 None: "not checked (the paper states no schedule)."}[ok], "",
+             f"Committed output (`out/{TIER}/{script}/data.json`): {C.trained_under(script, TIER)[1]}.", "",
              "| knob | paper | where | MNIST tier | mark | why / the authors' code |", "|---|---|---|---|---|---|"]
     for r in rs:
         ours_ = r["ours"] if isinstance(r["ours"], str) else f"{r['ours']:.2g}"
@@ -504,14 +510,15 @@ def render_index() -> str:
     lines = [f"# The papers' settings and the {TIER} tier's, per script", "",
              "Generated by `python -m paper_figures.settings`; one file per script that trains tier runs. A row "
              "marked \"differs\" is not run at the paper's value: the scripts' verdicts hold for the tier's settings.",
-             "", "| script | same | differs | not stated | code forms (paper only / both) | horizon |",
-             "|---|---|---|---|---|---|"]
+             "", "| script | same | differs | not stated | code forms (paper only / both) | horizon | "
+             "committed output |",
+             "|---|---|---|---|---|---|---|"]
     for s in ORDER:
         rs = rows(s)
         n = lambda m: sum(r["mark"].split(":")[0] == m for r in rs)     # noqa: E731
         hz = {True: f"within {HORIZON_FACTOR:g}x of the paper's", False: SHORT, None: "not stated"}[horizon_ok(s)]
         lines.append(f"| [{s}]({s}.md) | {n('same')} | {n('differs')} | {n('not stated')} | "
-                     f"{n('paper form only')} / {n('both forms')} | {hz} |")
+                     f"{n('paper form only')} / {n('both forms')} | {hz} | {C.trained_under(s, TIER)[1]} |")
     lines += ["", "## Committed rows judged at a horizon shorter than the paper's", "",
               f"The horizon rule (`settings.horizon_ok`: the learning rate at the tier's last round within a factor "
               f"{HORIZON_FACTOR:g} of the paper's at its last round) marks these committed rows; their stored verdicts "
@@ -529,7 +536,8 @@ def render_controls() -> str:
              "files alone (no run trained). Each row pairs two arms seed by seed (the same partition and client "
              "draws); the effect is in points of test accuracy with its 95% t interval (`verdict.interval`) and the "
              "relative reduction of test error (`verdict.relative`). No verdict: no claim of `claims.py` names "
-             "these controls yet. Every arm runs at the tier's settings (decay 0.998 for every method).", "",
+             "these controls yet. Each arm's script: " + "; ".join(sorted({f"{s}: {C.trained_under(s, TIER)[1]}"
+                                                                       for s in _arm_scripts()})) + ".", "",
              "| control | row | from | seeds | effect (points) | 95% interval | rel. error reduction | interval |",
              "|---|---|---|---|---|---|---|---|"]
     for r in controls():

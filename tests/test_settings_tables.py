@@ -58,8 +58,12 @@ def test_every_script_of_the_tier_has_a_table_and_every_difference_a_reason():
 
 def test_the_decay_and_code_forms_are_read_from_the_runs():
     rows = {r["knob"]: r for r in S.rows("fedsmoo_table2")}
-    assert rows["learning-rate decay per round (fedsmoo)"]["mark"] == "differs"        # 0.9995 in the paper
+    assert rows["learning-rate decay per round (fedsmoo)"]["mark"] == "same"           # 0.9995, as the paper
+    assert rows["learning-rate decay per round (fedsmoo)"]["ours"] == "0.9995"
     assert rows["learning-rate decay per round (fedsam)"]["mark"] == "same"
+    assert rows["gradient clipping (norm)"]["mark"] == "same"                          # 10, as the authors' code
+    cm = {r["knob"]: r for r in S.rows("fedcm_table3_alpha")}
+    assert (cm["gradient clipping (norm)"]["ours"], cm["gradient clipping (norm)"]["mark"]) == ("0", "not stated")
     assert rows["server perturbation s"]["mark"] == "paper form only"
     t6 = {r["knob"]: r["mark"] for r in S.rows("fedinit_table6")}
     assert t6["aggregation with RI (fedavg +RI (delta_from_init), feddyn +RI (delta_from_init))"] == "both forms"
@@ -91,3 +95,32 @@ def test_the_rows_the_horizon_rule_marks_are_the_fedcm_scripts_judged_rows():
     assert {r["script"] for r in marked} == {"fedcm_table3_alpha", "fedcm_fedadam_oscillation", "fedcm_dispersion"}
     assert all(r["verdict"] != "not measured" for r in marked)
     assert {r["row"] for r in marked if r["trained model"]} >= {"alpha = 0.1 better than alpha = 1 (FedAvg)"}
+
+
+# ---- provenance: which settings a committed output ran under ---------------------------------------------------
+def test_the_committed_mnist_outputs_are_said_to_be_from_the_earlier_settings():
+    """They carry no settings record (written before it existed): protocol 1, and every table says so."""
+    for s in ORDER:
+        current, line = C.trained_under(s, "mnist")
+        assert not current and "earlier settings (protocol 1)" in line and "make figures TIER=mnist" in line, s
+        assert line in (S.OUT / f"{s}.md").read_text() and line in (S.OUT / "README.md").read_text()
+
+
+def test_an_output_written_now_records_its_settings_and_a_change_of_them_is_seen(tmp_path, monkeypatch):
+    monkeypatch.setitem(C._ARGS, "out", tmp_path)
+    name, data = "fedcm_table3_alpha", {"summary": "0 of 0 comparisons", "table": []}
+    for tier in ("quick", "mnist"):
+        C.save_result(name, dict(data), C.plots.figure()[0], tier)
+    assert "settings" not in json.loads((tmp_path / name / "data.json").read_text())     # quick: as before
+    written = json.loads((tmp_path / "mnist" / name / "data.json").read_text())
+    assert written["settings"] == {"protocol": C.PROTOCOL,
+                                   "fingerprint": C.settings_record(name, "mnist")["fingerprint"]}
+    assert C.trained_under(name, "mnist", written) == (True, "committed output trained under these settings "
+                                                             f"(protocol {C.PROTOCOL})")
+    assert not C.trained_under(name, "mnist", {**written, "settings": {**written["settings"], "protocol": 1}})[0]
+    assert not C.trained_under(name, "mnist", {k: v for k, v in written.items() if k != "settings"})[0]
+    monkeypatch.setitem(C.MNIST_BASE, "wd", 1e-4)                  # a setting of its runs changed: not current
+    assert not C.trained_under(name, "mnist", written)[0]
+    monkeypatch.setitem(C.MNIST_BASE, "wd", 1e-3)
+    monkeypatch.setitem(C.PER_METHOD, "fedsmoo", {"lr_decay": 0.998})   # a method it does not run: still current
+    assert C.trained_under(name, "mnist", written)[0]
