@@ -9,6 +9,7 @@ import inspect
 
 from fedlab_analysis.data.augment import augment
 from fedlab_analysis.data.embedded import Dataset, load_digits, load_gaussian, load_mnist1d, load_synthetic
+from fedlab_analysis.data.noise import heterogeneity_noise
 from fedlab_analysis.data.partitions import PARTITIONS, Partition, partition, plot_partition
 from fedlab_analysis.data.real import (
     MEAN_STD,
@@ -63,6 +64,7 @@ __all__ = [
     "Dataset",
     "Partition",
     "augment",
+    "heterogeneity_noise",
     "load_dataset",
     "partition",
     "plot_partition",

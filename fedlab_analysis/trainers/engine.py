@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from ..checkpoint import load_weights, misfit
 from ..config import RunConfig
-from ..data import Dataset, load_dataset, partition
+from ..data import Dataset, heterogeneity_noise, load_dataset, partition
 from ..data.augment import aug_apply
 from ..device import resolve
 from ..errors import UserError
@@ -159,6 +159,9 @@ class Run:
         # ---- data, resident on the device -------------------------------------------------------
         self.ds = dataset or load_dataset(cfg.dataset, data_dir=cfg.data_dir, seed=cfg.seed)
         self.part = self._partition()
+        if cfg.het_noise:                            # FedInit Sec. 5.1's noise: a new x_train (a pack's stays shared)
+            self.ds = heterogeneity_noise(self.ds, self.part.indices, cfg.het_noise,
+                                          generator(cfg.seed, purpose="noise"))
         dev = dict(device=self.device)
         self.X, self.Xte = (resident(t, self.dtype, self.device) for t in (self.ds.x_train, self.ds.x_test))
         self.Y = self.ds.y_train.to(**dev)
