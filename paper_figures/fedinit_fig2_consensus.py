@@ -28,9 +28,10 @@ from paper_figures.fedinit_fig1_sensitivity import DEFS
 NAME = "fedinit_fig2_consensus"
 BETAS = (-0.2, -0.1, 0.0, 0.1, 0.3)
 AGGS = {"final_avg": "Alg. 1: mean of final models", "delta_from_init": "code: update from the RI start"}
-# mnist tier: beta in {-0.1, 0, 0.1} (lowers / raises the divergence, the "+2 points" claim) with Algorithm 1's
-# aggregation only; the code's delta_from_init and beta -0.2 / 0.3 are dropped to fit the budget
-MNIST_BETAS, MNIST_AGGS = (-0.1, 0.0, 0.1), ("final_avg",)
+# mnist tier: beta in {-0.1, 0, 0.1} (lowers / raises the divergence, the "+2 points" claim), each judged with both
+# aggregations, Algorithm 1's and the released code's (the paper's numbers came from the code); beta -0.2 / 0.3 are
+# dropped to fit the budget
+MNIST_BETAS, MNIST_AGGS = (-0.1, 0.0, 0.1), tuple(AGGS)
 
 
 def grids(tier) -> tuple:
@@ -96,7 +97,7 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
 
 
 def _aggs(res: dict) -> list:
-    """The aggregations this result holds (both in QUICK, Algorithm 1's alone in the mnist tier)."""
+    """The aggregations this result holds (both, in every tier; Algorithm 1's alone in the protocol-1 MNIST output)."""
     return [a for a in AGGS if f"{a}/beta={res['betas'][0]}" in res["curves"]]
 
 
