@@ -14,7 +14,8 @@ Each verdict compares FedLESAM with one method seed by seed (relative gap): mean
 over the last third of training, adaptive sharpness of the final model, and global sharpness at matched training
 loss (paper_figures/flatness.py). "Much smaller" is read as at most half the other's value (claims.py). FedSAM
 "could not achieve satisfactory global flatness" compared to FedAvg: FedSAM at most 10% flatter than FedAvg (an
-equivalence margin: a FedSAM clearly flatter than that is "opposite"). Comparisons: 4 x 4 + 3 = 19.
+equivalence margin: a FedSAM clearly flatter than that is "opposite"). Comparisons: 4 x 4 + 3 = 19; the real tiers
+also judge FedLESAM in the released code's form (`--lesam-source last_global_update`, labelled "code form"): 35.
 
     python -m paper_figures.fedlesam_fig2_drift [--full --data-dir DIR] [--seeds 3]
 """
@@ -40,9 +41,15 @@ QUICK_TAG = f"drift,sharpness-ascent5-rho{SHARP_RHO}"   # the hooks of the quick
 # FedGAMMA (two gradients a step each) are dropped to fit the budget: FedSAM (local perturbation) and FedSMOO
 # (corrected) are the two contrasts Sec. 4.1 draws; their rows say "not measured in this tier".
 MNIST_RHO = {"fedavg": None, "fedsam": 0.01, "mofedsam": 0.1, "fedgamma": 0.1, "fedsmoo": 0.1, "fedlesam": 0.01}
+# the real tiers also run FedLESAM in the released code's form (it perturbs along the last global update,
+# `--lesam-source last_global_update`; the paper's numbers came from that code), judged by the same rows, labelled
+CODE = {"fedlesam-code": ("fedlesam", "FedLESAM (code form)", dict(lesam_source="last_global_update"))}
 
 
 def hp(algo: str, tier) -> dict:
+    if algo in CODE:
+        base, _, extra = CODE[algo]
+        return {**hp(base, tier), **extra}
     if C.tier_of(tier) != "mnist":
         return {"algo": algo, **HP, **({"rho": RHO[algo]} if algo in RHO else {})}
     rho = MNIST_RHO[algo]
@@ -51,15 +58,17 @@ def hp(algo: str, tier) -> dict:
 
 
 def algos(tier) -> dict:
-    return {a: n for a, n in ALGOS.items() if a not in ("mofedsam", "fedgamma")} if C.tier_of(tier) == "mnist" \
-        else ALGOS
+    """The methods a tier trains: the mnist tier drops MoFedSAM and FedGAMMA; every real tier adds CODE."""
+    out = {a: n for a, n in ALGOS.items() if a not in ("mofedsam", "fedgamma")} if C.tier_of(tier) == "mnist" \
+        else dict(ALGOS)
+    return {**out, **({k: v[1] for k, v in CODE.items()} if C.tier_of(tier) != "quick" else {})}
 
 
 def run_list(tier, seeds) -> list:
     return [(hp(a, tier), s, C.main_tag(tier, QUICK_TAG)) for a in algos(tier) for s in C.seed_list(seeds)]
 
 
-COLOURS = dict(zip(ALGOS, ("0.45", "C0", "C2", "C4", "C1", "k")))        # FedLESAM in black, FedAvg in grey
+COLOURS = {**dict(zip(ALGOS, ("0.45", "C0", "C2", "C4", "C1", "k"))), "fedlesam-code": "C9"}   # FedLESAM black
 
 
 def hooks(seed):
@@ -105,19 +114,22 @@ def compute(seeds=3, tier="quick"):
                     ("adaptive", "fedlesam.fig2.sharpness",
                      f"smaller adaptive sharpness (rho={FL.RHO}, eta={FL.ETA})"),
                     ("sharpness_matched", "fedlesam.fig2.sharpness", "smaller global sharpness at matched train loss"))
-        if a not in trained:
-            table += [C.not_in_tier(cid, f"FedLESAM {what} than {ALGOS[a]}", [ALGOS[a]], tier, key=key, other=a)
-                      for key, cid, what in measures]
-            continue
-        for key, cid, what in measures[:3]:
-            base, mine = ([r[key] for r in per[g]] for g in (a, "fedlesam"))
-            v = V.decide(C.CLAIMS[cid], FL.rel_gap(base, mine), runs[a] + runs["fedlesam"])
-            table.append(C.row(cid, f"FedLESAM {what} than {ALGOS[a]}",
-                               f"FedLESAM {C.pm(mine)} vs {ALGOS[a]} {C.pm(base)}; gap {V.fmt(v, 100, '%')}", v,
-                               key=key, other=a))
-        table.append(FL.matched_row("fedlesam.fig2.sharpness", f"FedLESAM smaller global sharpness than {ALGOS[a]}",
-                                    runs[a], runs["fedlesam"], probe=sharp_at, what="sharpness")
-                     | {"key": "sharpness_matched", "other": a})
+        for me in ("fedlesam", *(g for g in CODE if g in trained)):   # the paper's form, then the code's
+            tail, form = ("", {}) if me == "fedlesam" else (f" [{trained[me]}]", {"form": "code"})
+            if a not in trained:
+                table += [C.not_in_tier(cid, f"FedLESAM {what} than {ALGOS[a]}{tail}", [ALGOS[a]], tier, key=key,
+                                        other=a, **form) for key, cid, what in measures]
+                continue
+            for key, cid, what in measures[:3]:
+                base, mine = ([r[key] for r in per[g]] for g in (a, me))
+                v = V.decide(C.CLAIMS[cid], FL.rel_gap(base, mine), runs[a] + runs[me])
+                table.append(C.row(cid, f"FedLESAM {what} than {ALGOS[a]}{tail}",
+                                   f"FedLESAM {C.pm(mine)} vs {ALGOS[a]} {C.pm(base)}; gap {V.fmt(v, 100, '%')}", v,
+                                   key=key, other=a, **form))
+            table.append(FL.matched_row("fedlesam.fig2.sharpness",
+                                        f"FedLESAM smaller global sharpness than {ALGOS[a]}{tail}", runs[a],
+                                        runs[me], probe=sharp_at, what="sharpness")
+                         | {"key": "sharpness_matched", "other": a, **form})
     cid = "fedlesam.fig2.fedsam_not_flat"
     for key, what in (("late_sharpness", "global sharpness (late)"),
                       ("adaptive", f"adaptive sharpness (rho={FL.RHO}, eta={FL.ETA})")):
@@ -145,7 +157,7 @@ def compute(seeds=3, tier="quick"):
             n = min(len(v) for _, v in curves)
             Y = np.array([v[:n] for _, v in curves])
             x = curves[0][0][:n]
-            ax[0, j].plot(x, Y.mean(0), color=COLOURS[a], label=f"{ALGOS[a]} (test acc {acc:.2f})" if j else None)
+            ax[0, j].plot(x, Y.mean(0), color=COLOURS[a], label=f"{trained[a]} (test acc {acc:.2f})" if j else None)
             ax[0, j].fill_between(x, Y.min(0), Y.max(0), color=COLOURS[a], alpha=0.15, lw=0)
     ax[0, 0].set(xlabel="round", ylabel="perturbation drift PD (unit directions)", ylim=(0, 1),
                  title="perturbation drift")

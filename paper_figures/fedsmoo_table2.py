@@ -14,7 +14,8 @@ decay) at the final global model, float64, on 1000 training samples. Every verdi
 seed by seed (the same partition and client draws), by the relative gap (FedSAM - FedSMOO) / FedSAM, under the
 one rule of paper_figures/verdict.py (95% t interval over seeds). Because curvature tracks the fit, the top
 eigenvalue is also compared at matched training loss and flatness by adaptive sharpness (paper_figures/flatness.py);
-each has its own row. Comparisons: 6 (Table 2) + 4 (matched fit, adaptive) + 4 (sharper at Dir-0.1) = 14.
+each has its own row. Comparisons: 6 (Table 2) + 4 (matched fit, adaptive) + 4 (sharper at Dir-0.1) = 14; the real
+tiers also judge FedSMOO in the released code's form (`--smoo-server code`, labelled "code form"): 26.
 
     python -m paper_figures.fedsmoo_table2 [--full --data-dir DIR] [--seeds 3]
 """
@@ -36,6 +37,9 @@ HP = dict(rho=0.05, lamb=0.1)                    # FedSMOO Table 5's r and 1/bet
 # mnist tier: the paper's own values (Sec. 5.1 / Table 5): SAM lr r = 0.01 for FedSAM, 0.1 for FedSMOO, lamb = 0.1
 # (1/beta, CIFAR-10); both Dirichlet 0.6 and 0.1 are needed (the claim is at both, and "sharper at 0.1").
 MNIST = {"fedsam": dict(rho=0.01), "fedsmoo": dict(rho=0.1, lamb=0.1)}
+# the real tiers also run FedSMOO in the authors' released code's form (its server perturbation averages mu_i alone,
+# `--smoo-server code`; the paper's numbers came from that code) and judge it against FedSAM, labelled
+CODE = {"fedsmoo-code": ("fedsmoo", "FedSMOO (code form)", dict(smoo_server="code"))}
 ROWS = {"consistency": "consistency (1/n) sum ||w_i - w^t||^2", "lam1": "Hessian top eigenvalue",
         "trace": "Hessian trace"}
 PAPER = {"consistency": {0.6: (0.866, 0.821), 0.1: (1.245, 1.061)},      # (FedSAM, FedSMOO)
@@ -68,18 +72,27 @@ def hp(algo: str, tier) -> dict:
     return MNIST[algo] if C.tier_of(tier) == "mnist" else HP
 
 
+def arms(tier) -> dict:
+    """{arm: label}: FedSAM and FedSMOO; in the real tiers FedSMOO's code form too (CODE)."""
+    return {**ALGOS, **({k: v[1] for k, v in CODE.items()} if C.tier_of(tier) != "quick" else {})}
+
+
+def arm_cfg(arm: str, alpha: float, tier) -> dict:
+    algo, _, extra = CODE.get(arm, (arm, None, {}))
+    return {"algo": algo, "dir_alpha": alpha, **hp(algo, tier), **extra}
+
+
 def run_list(tier, seeds) -> list:
-    """FedSAM and FedSMOO at Dirichlet 0.6 and 0.1: 4 configs x seeds."""
-    return [({"algo": g, "dir_alpha": a, **hp(g, tier)}, s, C.main_tag(tier, "consensus"))
-            for a in ALPHAS for g in ALGOS for s in C.seed_list(seeds)]
+    """FedSAM and FedSMOO (and its code form in the real tiers) at Dirichlet 0.6 and 0.1."""
+    return [(arm_cfg(g, a, tier), s, C.main_tag(tier, "consensus"))
+            for a in ALPHAS for g in arms(tier) for s in C.seed_list(seeds)]
 
 
-def measure(algo: str, alpha: float, seeds, tier="quick") -> tuple[list[dict], list[dict]]:
+def measure(arm: str, alpha: float, seeds, tier="quick") -> tuple[list[dict], list[dict]]:
     """(one dict per seed: test accuracy, train loss, consistency (last-5-round mean), lam1, trace, adaptive
     sharpness; the train_seeds run dicts)."""
     out = []
-    runs = C.train_seeds({"algo": algo, "dir_alpha": alpha, **hp(algo, tier)}, seeds, None, tier,
-                         tag=C.main_tag(tier, "consensus"))
+    runs = C.train_seeds(arm_cfg(arm, alpha, tier), seeds, None, tier, tag=C.main_tag(tier, "consensus"))
     for r in runs:
         cons = [p["fedsmoo_table2"] for row in r["rows"] for p in row.get("probes", [])
                 if p["event"] == "round" and p["probe"] == "consensus"]
@@ -94,31 +107,39 @@ CLAIM_OF = {"consistency": "fedsmoo.t2.consistency", "lam1": "fedsmoo.t2.lam1", 
 
 def compute(seeds=3, tier="quick") -> tuple[dict, object]:
     seeds = C.seed_list(seeds)
-    both = {(a, g): measure(g, a, seeds, tier) for a in ALPHAS for g in ALGOS}
+    ARMS = arms(tier)
+    both = {(a, g): measure(g, a, seeds, tier) for a in ALPHAS for g in ARMS}
     res, runs = {k: v[0] for k, v in both.items()}, {k: v[1] for k, v in both.items()}
     table = []
+    smoos = [g for g in ARMS if g != "fedsam"]                 # FedSMOO, and its code form (labelled) where run
+    tail = lambda g: "" if g == "fedsmoo" else f" [{ARMS[g]}]"  # noqa: E731
     for key, label in ROWS.items():
         for a in ALPHAS:
-            sam, smoo = (np.array([r[key] for r in res[a, g]]) for g in ALGOS)
-            v = V.decide(C.CLAIMS[CLAIM_OF[key]], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, "fedsmoo"])
-            p_sam, p_smoo = PAPER[key][a]
-            table.append(C.row(CLAIM_OF[key], f"{label}, Dir-{a}: FedSMOO below FedSAM",
-                               f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')} (paper: "
-                               f"{p_sam:g} vs {p_smoo:g}, gap {(p_sam - p_smoo) / p_sam:.0%})", v, dir=a, key=key))
+            for g in smoos:
+                sam, smoo = (np.array([r[key] for r in res[a, x]]) for x in ("fedsam", g))
+                v = V.decide(C.CLAIMS[CLAIM_OF[key]], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, g])
+                p_sam, p_smoo = PAPER[key][a]
+                table.append(C.row(CLAIM_OF[key], f"{label}, Dir-{a}: FedSMOO below FedSAM{tail(g)}",
+                                   f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')} (paper: "
+                                   f"{p_sam:g} vs {p_smoo:g}, gap {(p_sam - p_smoo) / p_sam:.0%})", v, dir=a,
+                                   key=key, **({"form": "code"} if tail(g) else {})))
     for a in ALPHAS:                             # flatness not confounded with fit (module flatness)
-        table.append(FL.matched_row("fedsmoo.t2.lam1", f"Hessian top eigenvalue, Dir-{a}: FedSMOO below FedSAM",
-                                    runs[a, "fedsam"], runs[a, "fedsmoo"]) | {"dir": a, "key": "lam1_matched"})
-        sam, smoo = ([r["adaptive"] for r in res[a, g]] for g in ALGOS)
-        v = V.decide(C.CLAIMS["fedsmoo.t2.flat"], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, "fedsmoo"])
-        table.append(C.row("fedsmoo.t2.flat", f"Dir-{a}: FedSMOO flatter than FedSAM, adaptive sharpness "
-                                              f"(rho={FL.RHO}, eta={FL.ETA})",
-                           f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')}", v, dir=a,
-                           key="adaptive"))
+        for g in smoos:
+            form = {"form": "code"} if tail(g) else {}
+            table.append(FL.matched_row("fedsmoo.t2.lam1", f"Hessian top eigenvalue, Dir-{a}: FedSMOO below "
+                                                           f"FedSAM{tail(g)}", runs[a, "fedsam"], runs[a, g])
+                         | {"dir": a, "key": "lam1_matched", **form})
+            sam, smoo = ([r["adaptive"] for r in res[a, x]] for x in ("fedsam", g))
+            v = V.decide(C.CLAIMS["fedsmoo.t2.flat"], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, g])
+            table.append(C.row("fedsmoo.t2.flat", f"Dir-{a}: FedSMOO flatter than FedSAM, adaptive sharpness "
+                                                  f"(rho={FL.RHO}, eta={FL.ETA}){tail(g)}",
+                               f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')}", v, dir=a,
+                               key="adaptive", **form))
     for key, cid in (("lam1", "fedsmoo.t2.lam1_dir"), ("trace", "fedsmoo.t2.trace_dir")):
-        for g in ALGOS:                          # both sharper at Dirichlet 0.1 than at 0.6 (Table 2's numbers)
+        for g in ARMS:                           # both sharper at Dirichlet 0.1 than at 0.6 (Table 2's numbers)
             hi, lo = (np.array([r[key] for r in res[a, g]]) for a in (0.1, 0.6))
             v = V.decide(C.CLAIMS[cid], (hi - lo) / lo, runs[0.1, g] + runs[0.6, g])
-            table.append(C.row(cid, f"{ALGOS[g]}: {ROWS[key]} grows from Dir-0.6 to Dir-0.1",
+            table.append(C.row(cid, f"{ARMS[g]}: {ROWS[key]} grows from Dir-0.6 to Dir-0.1",
                                f"{V.fmt(v, 100, '%')} (seeds paired by seed, not by partition)", v,
                                dir="0.6 -> 0.1", key=f"{key}/{g}"))
     loss = {g: C.mean_std([r["train_loss"] for a in ALPHAS for r in res[a, g]])[0] for g in ALGOS}
@@ -140,21 +161,24 @@ def _setting(tier) -> str:
 def figure(data: dict, res: dict):
     fig, ax = C.plots.figure(ncols=4, w=3.3, h=3.0)
     x = np.arange(len(ALPHAS))
+    ARMS = {g: n for g, n in {**ALGOS, **{k: v[1] for k, v in CODE.items()}}.items() if (ALPHAS[0], g) in res}
+    wd = 0.76 / len(ARMS)
     titles = {**ROWS, "adaptive": f"adaptive sharpness (scale-invariant,\nrho={FL.RHO}, eta={FL.ETA})"}
     for a_, key in zip(ax.flat, titles):
-        for j, (g, name) in enumerate(ALGOS.items()):
+        for j, (g, name) in enumerate(ARMS.items()):
             ms = [C.mean_std([r[key] for r in res[a, g]]) for a in ALPHAS]
             acc = "/".join(f"{C.mean_std([r['test_acc'] for r in res[a, g]])[0]:.2f}" for a in ALPHAS)
-            a_.bar(x + (j - 0.5) * 0.38, [m for m, _ in ms], 0.38, yerr=[s for _, s in ms], capsize=3,
+            a_.bar(x + (j - (len(ARMS) - 1) / 2) * wd, [m for m, _ in ms], wd, yerr=[s for _, s in ms], capsize=3,
                    label=f"{name} (test acc {acc})")
         a_.set_xticks(x, [f"Dir-{a}" for a in ALPHAS])
         a_.set_title(titles[key].replace(" (1/n)", "\n(1/n)"), fontsize=9)
         for i, a in enumerate(ALPHAS):
-            v = next(t["verdict"] for t in data["table"] if t.get("key") == key and t["dir"] == a)
+            v = next(t["verdict"] for t in data["table"] if t.get("key") == key and t["dir"] == a
+                     and "form" not in t)
             a_.annotate(MARK.get(v, "?"), (x[i], 0), xytext=(0, -28),
                         textcoords="offset points", ha="center", fontsize=10)
     h, lab = ax[0, 0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    fig.legend(h, lab, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=len(ARMS), fontsize=8, frameon=False)
     fig.suptitle(f"FedSMOO Table 2 at small scale: {data['setting']}; mean ± std over {len(data['seeds'])} seeds",
                  fontsize=9, y=1.07)
     fig.tight_layout()

@@ -64,7 +64,7 @@ def test_the_decay_and_code_forms_are_read_from_the_runs():
     assert rows["gradient clipping (norm)"]["mark"] == "same"                          # 10, as the authors' code
     cm = {r["knob"]: r for r in S.rows("fedcm_table3_alpha")}
     assert (cm["gradient clipping (norm)"]["ours"], cm["gradient clipping (norm)"]["mark"]) == ("0", "not stated")
-    assert rows["server perturbation s"]["mark"] == "paper form only"
+    assert rows["server perturbation s"]["mark"] == "both forms"                        # --smoo-server code too
     noise = next(r for r in S.rows("fedinit_table6") if r["knob"] == "heterogeneity noise")
     assert "s = 0.2" in noise["ours"] and "adapted" in noise["why"]                  # FedInit Sec. 5.1, run
     t6 = {r["knob"]: r["mark"] for r in S.rows("fedinit_table6")}
