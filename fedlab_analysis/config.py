@@ -95,6 +95,9 @@ class RunConfig:
     lr_decay: float = _f(0.998, "per-round multiplicative decay of eta_l", lo=0, lo_open=True, hi=1)
     wd: float = _f(1e-3, "weight decay, added to the local direction as wd * x", lo=0)
     clip: float = _f(0.0, "clip the local gradient to this norm (0 = off; the simulator uses 10)", lo=0)
+    local_momentum: float = _f(0.0, "local heavy-ball momentum, as torch's SGD(momentum=m) on each client: the "
+                               "buffer takes the clipped gradient plus weight decay and is kept by the client across "
+                               "rounds, never sent (FedALS Sec. 7: 0.9); 0 = plain SGD", lo=0, hi=1, hi_open=True)
     server_lr: float | None = _f(None, "server learning rate eta_g (1.0; FedAdam 0.1)", lo=0,
                                    lo_open=True)
     augment: bool = _f(False, "flip + pad-4 crop on image data, batched on the data's device")

@@ -168,7 +168,8 @@ def build(cfg, name: str | None = None) -> Algorithm:
     if not isinstance(perturb, Plain) or not all(isinstance(p, Part) and not isinstance(p, Plain) for p in parts):
         raise TypeError(f"algos.TABLE[{name!r}].parts must return (a perturbation rule, [parts]); got "
                         f"({type(perturb).__name__}, {[type(p).__name__ for p in parts]})")
-    return Algorithm(cfg, perturb, list(parts))
+    extra = [P.LocalMomentum(cfg.local_momentum)] if getattr(cfg, "local_momentum", 0.0) else []
+    return Algorithm(cfg, perturb, list(parts) + extra)           # local momentum last: it reads the whole d
 
 
 class Builders(Mapping):

@@ -556,7 +556,7 @@ class Run:
         keep, s = 1.0 - ctx.lr * decay, -ctx.lr
         if not ctx.all_on:
             d = d[ctx.rows]
-        if self.cfg.clip > 0:
+        if self.cfg.clip > 0 and not self.cfg.local_momentum:          # with momentum, its part clipped d
             s = torch.clamp(self.cfg.clip / (d.norm(dim=1, keepdim=True) + 1e-6), max=1.0).mul_(-ctx.lr)
         xa = x if ctx.all_on else x[ctx.rows]
         if keep != 1.0:

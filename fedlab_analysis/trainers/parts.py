@@ -251,6 +251,36 @@ class Prox(Part):
         return d.sub_(self.corr), decay + self.mu
 
 
+class LocalMomentum(Part):
+    """Local heavy-ball momentum, as torch.optim.SGD(momentum=m) on each client (FedALS Sec. 7 trains with SGD,
+    momentum 0.9): v_i <- m v_i + clip(d) + c x, then x <- x - eta v_i. Clipping acts on d before the buffer, as
+    clip_grad_norm_ before step() (the engine's step then clips nothing); c x is the weight decay (and the parts'
+    decay terms). v_i is each client's own, kept across rounds and never sent: a per-client optimiser. The last part,
+    so it sees every other part's direction (algorithms.build)."""
+    name, comm = "local_momentum", (0, 0, 1)
+    slots, consts = (Slot("v", "table"),), ("buf",)
+
+    def __init__(self, m: float):
+        self.m = m
+
+    def round_start(self, run, ctx):
+        self.buf = run.rows(self.state.v, ctx.S)
+
+    def direction(self, run, ctx, x, d, decay):
+        if run.cfg.clip > 0:
+            d.mul_(torch.clamp(run.cfg.clip / (d.norm(dim=1, keepdim=True) + 1e-6), max=1.0))
+        if decay:
+            d.add_(x, alpha=decay)
+        if ctx.all_on:
+            self.buf.mul_(self.m).add_(d)
+        else:                                        # clients past their K_i keep their buffer
+            self.buf[ctx.rows] = self.buf[ctx.rows].mul_(self.m).add_(d[ctx.rows])
+        return self.buf, 0.0
+
+    def client_end(self, run, ctx, x):
+        run.put(self.state.v, ctx.S, self.buf)
+
+
 class Scaffold(Part):
     """SCAFFOLD option II (Karimireddy et al. 2020; FedLESAM Alg. 2 with the sign fixed): d = g + scale (c - c_i);
     c_i+ = c_i - c + (w - x_i)/(K_i eta); c <- c + (1/m) sum_S (c_i+ - c_i). scale is 1 except for the released
