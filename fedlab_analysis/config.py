@@ -80,6 +80,9 @@ class RunConfig:
     replacement: bool = _f(False, "dirichlet/pathological: refill exhausted classes (the simulator) or not")
     classes_per_client: int = _f(2, "pathological: classes per client", lo=1)
     shards_per_client: int = _f(2, "shards: label-sorted shards per client (McMahan et al.)", lo=1)
+    holdout: int = _f(0, "training samples held out of every client (a seeded draw made before partitioning) and "
+                      "evaluated as holdout_loss / holdout_acc in each metrics row: a validation split for choosing "
+                      "hyper-parameters; 0 = none", lo=0)
     het_noise: float = _f(0.0, "FedInit Sec. 5.1's heterogeneity noise on the training images (image data sets; "
                           "fedlab_analysis/data/noise.py): per client a Gaussian gain N(1, s^2) per channel, per "
                           "class a Gaussian brightness offset N(0, s^2) in [0, 1] pixel units; 0 = off", lo=0)

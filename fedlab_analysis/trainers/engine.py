@@ -263,19 +263,30 @@ class Run:
         cfg = self.cfg
         labels = self.ds.y_train.numpy()
         if cfg.partition == "natural":
+            if cfg.holdout:
+                raise UserError("--holdout: the natural partition's clients come from the data; hold out none")
             if self.ds.natural_clients is None:
                 raise UserError(f"--partition natural: dataset {cfg.dataset!r} has no natural clients")
             from ..data import Partition
             ix = [np.asarray(a, dtype=np.int64) for a in self.ds.natural_clients]
             counts = np.stack([np.bincount(labels[a], minlength=self.ds.n_classes) for a in ix])
             return Partition(ix, counts)
+        keep = np.arange(len(labels))
+        if cfg.holdout:                              # a validation split: on no client, evaluated in each row
+            if cfg.holdout >= len(labels):
+                raise UserError(f"--holdout: {cfg.holdout} is not below the {len(labels)} training samples")
+            perm = torch.randperm(len(labels), generator=generator(cfg.seed, purpose="holdout")).numpy()
+            self.holdout_idx = torch.as_tensor(np.sort(perm[:cfg.holdout]), dtype=torch.long)
+            keep = np.sort(perm[cfg.holdout:])
+            labels = labels[keep]
         if cfg.clients > len(labels):
             raise UserError(f"--clients: {cfg.clients} clients exceed the {len(labels)} training samples")
         opts = {"alpha": cfg.dir_alpha, "replacement": cfg.replacement, "min_size": cfg.min_size,
                 "classes_per_client": cfg.classes_per_client, "shards_per_client": cfg.shards_per_client}
         allowed = PARTITION_OPTIONS.get(cfg.partition, ())
-        return partition(cfg.partition, labels, cfg.clients, self.ds.n_classes, cfg.seed,
+        part = partition(cfg.partition, labels, cfg.clients, self.ds.n_classes, cfg.seed,
                          **{k: v for k, v in opts.items() if k in allowed})
+        return dataclasses.replace(part, indices=[keep[ix] for ix in part.indices]) if cfg.holdout else part
 
     def _start_from(self, sd: dict) -> None:
         """w (and float buffers) from the state dict ``sd``, checked name by name and shape by shape."""
@@ -678,6 +689,9 @@ class Run:
         te = self.evaluate(Xte, Yte)
         row = {"round": self.t, "lr": ctx.lr, "train_loss": tr[0], "train_acc": tr[1], "test_loss": te[0],
                "test_acc": te[1], "test_samples": len(Yte), "n_active": ctx.n, "seconds": seconds}
+        if self.cfg.holdout:
+            ho = self.evaluate(self.X[self.holdout_idx.to(self.device)], self.Y[self.holdout_idx.to(self.device)])
+            row.update(holdout_loss=ho[0], holdout_acc=ho[1])
         row.update(self.algo.comm(self.face, ctx))
         return row
 

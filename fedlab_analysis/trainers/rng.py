@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-PURPOSES = {"init": 0, "sample": 1, "batch": 2, "augment": 3, "eval": 4, "algo": 5, "noise": 6}
+PURPOSES = {"init": 0, "sample": 1, "batch": 2, "augment": 3, "eval": 4, "algo": 5, "noise": 6, "holdout": 7}
 
 
 def seed_of(seed: int, round: int = -1, client: int = -1, purpose: str = "init") -> int:
