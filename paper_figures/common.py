@@ -453,7 +453,7 @@ def settings_record(name: str, tier) -> dict:
 def trained_under(name: str, tier="mnist", data: dict | None = None) -> tuple[bool, str]:
     """(whether the committed output of ``name`` in ``tier`` was written under the code's current settings, a line
     saying so). A data.json without a ``settings`` record was written before the record existed: protocol 1 (one
-    decay 0.998 for every method, no clipping, FedInit without its noise)."""
+    decay 0.998 for every method, no clipping, FedInit without its noise, FedALS with plain SGD at one rate)."""
     data = committed(name, tier) if data is None else data
     if data is None:
         return False, "no committed output"

@@ -61,6 +61,12 @@ def _model(c):
     return f"{c.model} (hidden widths {', '.join(map(str, w))})" if w else c.model
 
 
+def _grid(c):
+    """The learning-rate grid of a FedALS Table 2 run (its script's LR_GRID), as text."""
+    from paper_figures.fedals_table2 import LR_GRID
+    return "{" + ", ".join(f"{x:g}" for x in LR_GRID) + "}"
+
+
 def _partition(c):
     if c.partition == "dirichlet":
         return f"Dirichlet {c.dir_alpha:g}"
@@ -84,7 +90,10 @@ DERIVED = {   # name: (RunConfig -> the value the run uses)
     "partition": _partition,
     "split": lambda c: f"{_partition(c)}, {c.clients} clients at {c.active_ratio:.0%}",
     "local_work": lambda c: f"{c.local_steps} steps" if c.local_steps else f"{c.local_epochs:g} epochs",
-    "momentum": lambda c: getattr(c, "momentum", 0.0),     # the trainer's local step: plain SGD without the field
+    "momentum": lambda c: c.local_momentum,
+    "lr_search": lambda c: "grid of powers of 2, per experiment" if c.holdout else f"one rate, {c.lr:g}, no search",
+    "holdout": lambda c: (f"grid {_grid(c)} per arm (alpha); the best mean held-out accuracy at the last round, on "
+                          f"{c.holdout:,} training images drawn by the seed, on no client" if c.holdout else "none"),
     "noise": _noise,
     "rho_over_lr": lambda c: round(c.hp("rho") / c.lr, 9),
 }
@@ -236,10 +245,12 @@ PAPERS = {
         Knob("partition", "partition", "Sec. 7.1 (label-sorted)", "label-sorted, 5 clients"),
         Knob("batch_size", "batch size", "Sec. 7", 64),
         Knob("local_work", "local steps tau", "Tables 1-2", "5 steps"),
-        Knob("momentum", "local momentum", "Sec. 7", 0.9,
-             "the trainer's local step is plain SGD: RunConfig has no local-momentum setting"),
-        Knob("lr", "local learning rate", "Sec. 7", "grid of powers of 2, per experiment",
-             "one learning rate for every configuration, no search"),
+        Knob("momentum", "local momentum", "Sec. 7", 0.9, "the tier's local step is plain SGD here"),
+        Knob("lr_search", "local learning rate", "Sec. 7", "grid of powers of 2, per experiment",
+             "Fig. 1 illustrates FedAvg's consensus: one rate, the FedALS Table 2 probe's best, not searched"),
+        Knob("holdout", "data the learning rate is chosen on", "Sec. 7", None,
+             "the paper does not say on which data it chose; the tier holds out 10% of the training images "
+             "(`--holdout`) and never looks at the test set"),
         Knob("lr_decay", "learning-rate decay per round", "", None, "the paper states none; the tier uses none"),
         Knob("wd", "weight decay", "Sec. 7", 1e-4),
         Knob("alpha", "FedALS alpha", "Table 1", {"fedals": 10.0}),

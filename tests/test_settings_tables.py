@@ -65,6 +65,9 @@ def test_the_decay_and_code_forms_are_read_from_the_runs():
     cm = {r["knob"]: r for r in S.rows("fedcm_table3_alpha")}
     assert (cm["gradient clipping (norm)"]["ours"], cm["gradient clipping (norm)"]["mark"]) == ("0", "not stated")
     assert rows["server perturbation s"]["mark"] == "both forms"                        # --smoo-server code too
+    als = {r["knob"]: r for r in S.rows("fedals_table2")}
+    assert als["local momentum"]["mark"] == als["local learning rate"]["mark"] == "same"      # FedALS Sec. 7
+    assert "6,000 training images" in als["data the learning rate is chosen on"]["ours"]
     noise = next(r for r in S.rows("fedinit_table6") if r["knob"] == "heterogeneity noise")
     assert "s = 0.2" in noise["ours"] and "adapted" in noise["why"]                  # FedInit Sec. 5.1, run
     t6 = {r["knob"]: r["mark"] for r in S.rows("fedinit_table6")}
