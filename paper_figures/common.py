@@ -311,6 +311,20 @@ def interior_peak(grid, acc: dict, runs: dict, claims: tuple[str, str], label: s
     return peak, means, rows
 
 
+def past_horizon(name: str, table: list[dict], tier) -> list[dict]:
+    """The rows as judged at the tier's horizon. In a real tier whose script trains to a horizon shorter than the
+    paper's (``settings.horizon_ok`` False: FedCM's 300 rounds against 4,000), a claim about the trained model
+    (``Claim.at_convergence``) is not judged: its row keeps what was measured, its verdict is "not measured" with the
+    reason. A claim about the course of training stays judged. The quick tier is not checked."""
+    from paper_figures import settings
+    if tier_of(tier) == "quick" or settings.horizon_ok(name) is not False:
+        return table
+    why = (f"{settings.SHORT}: the tier's last-round learning rate is more than {settings.HORIZON_FACTOR:g}x the "
+           f"paper's, so a claim about the trained model is not judged here")
+    return [{**r, **V.not_measured(CLAIMS[r["claim"]], why, r.get("n_seeds", 0))}
+            if CLAIMS[r["claim"]].at_convergence and r["verdict"] != V.NOT_MEASURED else r for r in table]
+
+
 def finish(table: list[dict]) -> dict:
     """The verdict fields every data.json carries: ``n_comparisons``, ``counts`` per verdict and ``summary`` (the
     counts in words: "3 reproduced, 2 opposite of 5 comparisons", never one word over mixed rows)."""

@@ -129,3 +129,20 @@ def test_an_output_written_now_records_its_settings_and_a_change_of_them_is_seen
     monkeypatch.setitem(C.MNIST_BASE, "wd", 1e-3)
     monkeypatch.setitem(C.PER_METHOD, "fedsmoo", {"lr_decay": 0.998})   # a method it does not run: still current
     assert C.trained_under(name, "mnist", written)[0]
+
+
+def test_a_trained_model_claim_short_of_the_paper_horizon_is_not_judged(monkeypatch):
+    """FedCM Table 3 in the mnist tier: its accuracy claims (about the trained model) become "not measured" with the
+    reason; its oscillation claim (the course of training) stays judged; the quick tier and a script at the paper's
+    horizon are untouched."""
+    rows = json.loads((C.OUT / "mnist" / "fedcm_table3_alpha" / "data.json").read_text())["table"]
+    out = C.past_horizon("fedcm_table3_alpha", rows, "mnist")
+    for r, o in zip(rows, out):
+        if C.CLAIMS[r["claim"]].at_convergence and r["verdict"] != "not measured":
+            assert o["verdict"] == "not measured" and S.SHORT in o["note"] and o["measured"] == r["measured"]
+        else:
+            assert o == r
+    assert any(C.CLAIMS[r["claim"]].at_convergence for r in rows) and any(o != r for r, o in zip(rows, out))
+    assert C.past_horizon("fedcm_table3_alpha", rows, "quick") == rows
+    monkeypatch.setitem(C.MNIST_BASE, "rounds", 4000)             # the paper's horizon: judged
+    assert C.past_horizon("fedcm_table3_alpha", rows, "mnist") == rows
