@@ -5,8 +5,8 @@ numbers it would produce did not.
 float64 on a tiny problem (300 digits, MLP 64-12-10-10, 7 clients; one case on all the digits, loaded by name): every
 algorithm of ``algos.NAMES`` and the relaxed-initialisation variants, over the paths the tiers use (vmap clients and
 one loop run, Bernoulli and fixed sampling, the equal-size Dirichlet rule and the label-Dirichlet one with unequal
-client sizes, hence unequal local step counts, short last batches, weight decay, lr decay, evaluation, a
-killed-and-resumed run), 3 rounds each. It hashes each run's metrics rows (``seconds`` aside) and, per parameter
+client sizes, hence unequal local step counts, short last batches, weight decay, lr decay, clipping, local momentum,
+a held-out split, evaluation, a killed-and-resumed run), 3 rounds each; the MNIST data with FedInit's noise too. It hashes each run's metrics rows (``seconds`` aside) and, per parameter
 tensor, the sum, the sum of squares and a fixed random projection of the final global weights, every number rounded
 to 9 significant digits, with the data fingerprint (:func:`data_fingerprint`) and ``torch.__version__``.
 
@@ -53,7 +53,12 @@ VARIANTS = {"fedinit-delta-from-init-beta-neg0.1": ("fedinit", dict(beta=-0.1, r
             "fedavg-digits-by-name": ("fedavg", dict(dataset="digits", partition="dirichlet", dir_alpha=0.3,
                                                      clients=20, active_ratio=0.3, eval_train_samples=1200)),
             "scaffold-fixed-resume": ("scaffold", dict(sampling="fixed", ckpt_every=1)),
-            "fedsmoo-resume": ("fedsmoo", dict(ckpt_every=1))}
+            "fedsmoo-resume": ("fedsmoo", dict(ckpt_every=1)),
+            # the real tiers' local paths: clipping (active at norm 1), local momentum (the FedDyn family's decay
+            # terms in its buffer; FedALS's synchronisation) and the held-out split
+            "feddyn-clip-momentum-holdout": ("feddyn", dict(clip=1.0, local_momentum=0.9, holdout=30)),
+            "fedals-momentum-holdout": ("fedals", dict(local_momentum=0.9, holdout=30)),
+            "fedsam-clip": ("fedsam", dict(clip=1.0))}
 MNIST_PARTITIONS = {"dirichlet-0.6": dict(alpha=0.6), "dirichlet-0.1": dict(alpha=0.1)}   # 100 clients, seed 0
 DIGITS_PARTITION = dict(alpha=0.3)                                                         # 20 clients, seed 0
 
@@ -168,8 +173,12 @@ def data_fingerprint(mnist: bool = True) -> dict:
             ds = load_dataset("mnist")
         except DataError:
             return out
+        from fedlab_analysis.data import heterogeneity_noise, partition
+        from fedlab_analysis.trainers.rng import generator
+        part = partition("dirichlet", ds.y_train.numpy(), 100, ds.n_classes, 0, alpha=0.1)
+        noisy = heterogeneity_noise(ds, part.indices, 0.2, generator(0, purpose="noise"))   # FedInit's runs' data
         out["mnist"] = {"arrays": _arrays_hash(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
-                        "n_classes": ds.n_classes,
+                        "n_classes": ds.n_classes, "het_noise": _arrays_hash(noisy.x_train),
                         **{k: _partition_hash(ds.y_train.numpy(), 100, ds.n_classes, **kw)
                            for k, kw in MNIST_PARTITIONS.items()}}
     return out
