@@ -1,14 +1,15 @@
 """A behavioural fingerprint of the training code, so that the run cache keeps a run when the code changed but the
 numbers it would produce did not.
 
-:func:`training_fingerprint` trains a fixed battery through the shipped trainer (``trainers.loop.train``) in
-float64 on a tiny problem (300 digits, MLP 64-12-10-10, 7 clients; one case on all the digits, loaded by name): every
-algorithm of ``algos.NAMES`` and the relaxed-initialisation variants, over the paths the tiers use (vmap clients and
-one loop run, Bernoulli and fixed sampling, the equal-size Dirichlet rule and the label-Dirichlet one with unequal
-client sizes, hence unequal local step counts, short last batches, weight decay, lr decay, clipping, local momentum,
-a held-out split, evaluation, a killed-and-resumed run), 3 rounds each; the MNIST data with FedInit's noise too. It hashes each run's metrics rows (``seconds`` aside) and, per parameter
-tensor, the sum, the sum of squares and a fixed random projection of the final global weights, every number rounded
-to 9 significant digits, with the data fingerprint (:func:`data_fingerprint`) and ``torch.__version__``.
+:func:`training_fingerprint` trains a fixed battery through the shipped trainer (``trainers.loop.train``) in float64 on
+a tiny problem (300 digits, MLP 64-12-10-10, 7 clients; one case on all the digits, loaded by name): every algorithm of
+``algos.NAMES`` and the relaxed-initialisation variants, over the paths the tiers use (vmap clients and one loop run,
+Bernoulli and fixed sampling, the equal-size Dirichlet rule and the label-Dirichlet one with unequal client sizes, hence
+unequal local step counts, short last batches, weight decay, lr decay, clipping, local momentum, a held-out split,
+evaluation, a killed-and-resumed run), 3 rounds each; the MNIST data with FedInit's noise too. It hashes each run's
+metrics rows (``seconds`` aside) and, per parameter tensor, the sum, the sum of squares and a fixed random projection of
+the final global weights, every number rounded to 9 significant digits, with the data fingerprint
+(:func:`data_fingerprint`) and ``torch.__version__``.
 
 Why 9 digits of a few summaries: a behaviour-preserving change that only reorders float64 arithmetic moves a number
 by about 1e-16 to 1e-15 of itself (loop vs vmap clients: 3e-16 measured), so it crosses a 9-digit rounding boundary
