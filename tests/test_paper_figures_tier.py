@@ -317,7 +317,7 @@ def test_full_tier_plans_without_data_and_trains_on_cifar_files(tmp_path, monkey
     from tests.test_data import write_cifar10
     assert T.main(["--tier", "full", "--plan", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert "GPU-hours" in out and R.CARD in out and "of 264 runs done" in out
+    assert "GPU-hours" in out and R.CARD in out and "of 294 runs done" in out
     write_cifar10(tmp_path / "cifar" / "cifar-10-batches-py", np.random.default_rng(0), n=40)
     monkeypatch.setitem(C.TIERS, "full", {**C.TIERS["full"], "model": "cnn", "rounds": 2, "clients": 4,
                                           "active_ratio": 0.5, "local_epochs": 1, "batch_size": 20,
