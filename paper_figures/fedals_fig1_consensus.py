@@ -46,7 +46,7 @@ def hooks(seed):
 
 
 def run_list(tier, seeds) -> list:
-    return [(DEFS[common.tier_of(tier)], s, "consensus-every-step") for s in common.seed_list(seeds)]
+    return [(DEFS[common.protocol(tier)], s, "consensus-every-step") for s in common.seed_list(seeds)]
 
 
 FORMS = {"fedals_cd": "raw (the paper's)", "fedals_cd_per_param": "per parameter",
@@ -62,7 +62,7 @@ def steps_table(rows: list[dict], form: str) -> tuple[list[str], dict]:
 
 
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
-    base = DEFS[common.tier_of(tier)]
+    base = DEFS[common.protocol(tier)]
     runs = common.train_seeds(base, seeds, out_root, tier, tag="consensus-every-step")
     res = {"claim": CLAIM, "seeds": len(runs), "config": common.config(base, 0, tier).to_dict(),
            "test_acc": [r["test_acc"] for r in runs], "forms": {}}

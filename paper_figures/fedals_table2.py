@@ -51,7 +51,7 @@ DEFS = {"quick": QUICK, "mnist": MNIST, "full": FULL}
 
 
 def alphas(tier) -> tuple:
-    return MNIST_ALPHAS if common.tier_of(tier) == "mnist" else ALPHAS
+    return MNIST_ALPHAS if common.protocol(tier) == "mnist" else ALPHAS
 
 
 def lrs(tier) -> tuple:
@@ -60,7 +60,7 @@ def lrs(tier) -> tuple:
 
 
 def run_list(tier, seeds) -> list:
-    return [({**DEFS[common.tier_of(tier)], "alpha": a, "lr": lr}, s, "") for a in alphas(tier) for lr in lrs(tier)
+    return [({**DEFS[common.protocol(tier)], "alpha": a, "lr": lr}, s, "") for a in alphas(tier) for lr in lrs(tier)
             for s in common.seed_list(seeds)]
 
 
@@ -76,7 +76,7 @@ PAPER = {a: (*acc, PAPER_COMM[a]) for a, acc in {1: (0.4651, 0.0071), 5: (0.5201
 
 
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
-    base = DEFS[common.tier_of(tier)]
+    base = DEFS[common.protocol(tier)]
     ALPHAS = alphas(tier)
     grid = {(a, lr): common.train_seeds({**base, "alpha": a, "lr": lr}, seeds, out_root, tier) for a in ALPHAS
             for lr in lrs(tier)}

@@ -26,7 +26,7 @@ HP = dict(dir_alpha=0.6, **C.REAL_UNCLIPPED)   # the paper states no clipping (t
 
 
 def algos(tier) -> dict:
-    return {a: v for a, v in ALGOS.items() if a != "fedavg"} if C.tier_of(tier) == "mnist" else ALGOS
+    return {a: v for a, v in ALGOS.items() if a != "fedavg"} if C.protocol(tier) == "mnist" else ALGOS
 
 
 def run_list(tier, seeds) -> list:

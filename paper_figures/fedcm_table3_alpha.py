@@ -32,7 +32,7 @@ MNIST_ALPHAS = (0.01, 0.1, 1.0)
 
 
 def alphas(tier) -> tuple:
-    return MNIST_ALPHAS if C.tier_of(tier) == "mnist" else ALPHAS
+    return MNIST_ALPHAS if C.protocol(tier) == "mnist" else ALPHAS
 
 
 def run_list(tier, seeds) -> list:

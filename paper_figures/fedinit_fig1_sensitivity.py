@@ -44,7 +44,7 @@ MNIST_KS, MNIST_BETAS = (1, 2, 5), (0.0, 0.1, 3.0)
 
 def grids(tier) -> tuple:
     """(K key, K grid, beta grid) of the tier."""
-    t = common.tier_of(tier)
+    t = common.protocol(tier)
     if t == "mnist":
         return "local_epochs", MNIST_KS, MNIST_BETAS
     return ("local_steps" if t == "quick" else "local_epochs"), KS, BETAS
@@ -52,7 +52,7 @@ def grids(tier) -> tuple:
 
 def run_list(tier, seeds) -> list:
     k_key, ks, betas = grids(tier)
-    base = {**DEFS[common.tier_of(tier)], "on_divergence": "continue"}
+    base = {**DEFS[common.protocol(tier)], "on_divergence": "continue"}
     ovs = [{**base, k_key: k} for k in ks] + [{**base, "beta": b} for b in betas]
     return [(ov, s, common.main_tag(tier)) for ov in ovs for s in common.seed_list(seeds)]
 
@@ -66,7 +66,7 @@ def late_acc(run: dict, last: int = 10) -> float:
 def sweep(overrides: list[dict], seeds, tier, out_root) -> tuple[list[list[float]], list[list[bool]], list]:
     """Late accuracy [setting, seed], whether each run went non-finite, and the run dicts: a run that diverges is a
     data point of this figure, so it goes on (--on-divergence continue) and its rounds are marked."""
-    base = {**DEFS[common.tier_of(tier)], "on_divergence": "continue"}
+    base = {**DEFS[common.protocol(tier)], "on_divergence": "continue"}
     runs = [common.train_seeds({**base, **o}, seeds, out_root, tier, tag=common.main_tag(tier))
             for o in overrides]
     return ([[late_acc(r) for r in rs] for rs in runs],
@@ -102,7 +102,7 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
         v = V.decide(common.CLAIMS[cid], acc_b[b0] - acc_b[j], runs_b[b0] + runs_b[j])
         table.append(common.row(cid, f"beta = {b:g} {what} beta = 0", f"accuracy lost {V.fmt(v, 100, ' points')}"
                                 + (f"; {v['note']}" if v["verdict"] == V.DIVERGED else ""), v, beta=b))
-    return {"config": common.config(DEFS[common.tier_of(tier)], 0, tier).to_dict(), "seeds": seeds,
+    return {"config": common.config(DEFS[common.protocol(tier)], 0, tier).to_dict(), "seeds": seeds,
             "K": list(KS), "acc_K": acc_k.tolist(), "beta": list(BETAS), "acc_beta": acc_b.tolist(),
             "nonfinite_runs": {str(b): int(sum(n)) for b, n in zip(BETAS, nonfinite)},
             "table": table, **common.finish(table)}

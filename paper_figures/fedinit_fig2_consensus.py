@@ -35,7 +35,7 @@ MNIST_BETAS, MNIST_AGGS = (-0.1, 0.0, 0.1), tuple(AGGS)
 
 
 def grids(tier) -> tuple:
-    return (MNIST_BETAS, MNIST_AGGS) if common.tier_of(tier) == "mnist" else (BETAS, tuple(AGGS))
+    return (MNIST_BETAS, MNIST_AGGS) if common.protocol(tier) == "mnist" else (BETAS, tuple(AGGS))
 
 
 def hooks(seed):
@@ -44,7 +44,7 @@ def hooks(seed):
 
 def run_list(tier, seeds) -> list:
     betas, aggs = grids(tier)
-    return [({**DEFS[common.tier_of(tier)], "beta": b, "ri_agg": agg}, s, common.main_tag(tier, "consensus-rounds"))
+    return [({**DEFS[common.protocol(tier)], "beta": b, "ri_agg": agg}, s, common.main_tag(tier, "consensus-rounds"))
             for agg in aggs for b in betas for s in common.seed_list(seeds)]
 
 
@@ -62,7 +62,7 @@ def curves(run: dict) -> dict:
 
 
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
-    base = DEFS[common.tier_of(tier)]
+    base = DEFS[common.protocol(tier)]
     BETAS, AGGS_ = grids(tier)
     cur, got = {}, {}
     for agg in AGGS_:

@@ -54,17 +54,17 @@ CLAIM_OF = {"fedavg": "fedinit.t6.fedavg", "fedadam": "fedinit.t6.improves", "fe
 
 
 def algos(tier) -> tuple:
-    return MNIST_ALGOS if common.tier_of(tier) == "mnist" else tuple(PAPER)
+    return MNIST_ALGOS if common.protocol(tier) == "mnist" else tuple(PAPER)
 
 
 def run_list(tier, seeds) -> list:
-    base = {k: v for k, v in DEFS[common.tier_of(tier)].items() if k != "algo"}
+    base = {k: v for k, v in DEFS[common.protocol(tier)].items() if k != "algo"}
     return [({**base, "algo": a, **over}, s, common.main_tag(tier)) for a in algos(tier)
             for over in ({"ri": False}, *(ri_overrides(a, r) for r in READINGS)) for s in common.seed_list(seeds)]
 
 
 def compute(seeds=3, tier="quick", out_root=None) -> dict:
-    base = {k: v for k, v in DEFS[common.tier_of(tier)].items() if k != "algo"}
+    base = {k: v for k, v in DEFS[common.protocol(tier)].items() if k != "algo"}
     names = algos(tier)
     train = lambda a, over: common.train_seeds({**base, "algo": a, **over}, seeds, out_root, tier,  # noqa: E731
                                                tag=common.main_tag(tier))

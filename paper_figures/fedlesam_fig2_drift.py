@@ -50,7 +50,7 @@ def hp(algo: str, tier) -> dict:
     if algo in CODE:
         base, _, extra = CODE[algo]
         return {**hp(base, tier), **extra}
-    if C.tier_of(tier) != "mnist":
+    if C.protocol(tier) != "mnist":
         return {"algo": algo, **HP, **({"rho": RHO[algo]} if algo in RHO else {})}
     rho = MNIST_RHO[algo]
     return {"algo": algo, "dir_alpha": 0.1, **({"rho": rho} if rho else {}),
@@ -59,7 +59,7 @@ def hp(algo: str, tier) -> dict:
 
 def algos(tier) -> dict:
     """The methods a tier trains: the mnist tier drops MoFedSAM and FedGAMMA; every real tier adds CODE."""
-    out = {a: n for a, n in ALGOS.items() if a not in ("mofedsam", "fedgamma")} if C.tier_of(tier) == "mnist" \
+    out = {a: n for a, n in ALGOS.items() if a not in ("mofedsam", "fedgamma")} if C.protocol(tier) == "mnist" \
         else dict(ALGOS)
     return {**out, **({k: v[1] for k, v in CODE.items()} if C.tier_of(tier) != "quick" else {})}
 

@@ -43,7 +43,7 @@ def forms(tier) -> dict:
 
 
 def ratios(tier) -> tuple:
-    return MNIST_RATIOS if C.tier_of(tier) == "mnist" else RATIOS
+    return MNIST_RATIOS if C.protocol(tier) == "mnist" else RATIOS
 
 
 def run_list(tier, seeds) -> list:

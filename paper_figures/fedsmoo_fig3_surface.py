@@ -36,7 +36,7 @@ MNIST = {"fedavg": {}, "scaffold": {}, "fedsmoo": dict(rho=0.1, lamb=0.1)}
 def tier_overrides(algos: dict, overrides: dict, tier, mnist: dict, per_algo: dict | None = None) -> dict:
     """{algo: overrides}: the script's HP (and ``per_algo``'s own hyper-parameters of a method) in the quick and
     full tiers, each method's own rho (``mnist``) in the mnist tier."""
-    if C.tier_of(tier) != "mnist":
+    if C.protocol(tier) != "mnist":
         return {a: {"algo": a, **overrides, **(per_algo or {}).get(a, {})} for a in algos}
     return {a: {"algo": a, "dir_alpha": overrides["dir_alpha"], **mnist[a]} for a in algos}
 
@@ -48,7 +48,7 @@ def run_list(tier, seeds) -> list:
 
 def tier_algos(algos: dict, tier, mnist: dict) -> dict:
     """The methods of a tier: in the mnist tier those ``mnist`` lists."""
-    return {a: n for a, n in algos.items() if a in mnist} if C.tier_of(tier) == "mnist" else algos
+    return {a: n for a, n in algos.items() if a in mnist} if C.protocol(tier) == "mnist" else algos
 SAMPLES, GRID, RANGE = 1000, 21, 0.5
 LABEL = {"center_loss": "lower minimum (centre loss)", "rise": "flatter (mean rise over the plane)",
          "adaptive": f"flatter (adaptive sharpness, rho={FL.RHO}, eta={FL.ETA})",

@@ -69,7 +69,7 @@ def hessian(run_dir: str, samples: int = SAMPLES) -> dict:
 
 
 def hp(algo: str, tier) -> dict:
-    return MNIST[algo] if C.tier_of(tier) == "mnist" else HP
+    return MNIST[algo] if C.protocol(tier) == "mnist" else HP
 
 
 def arms(tier) -> dict:
@@ -155,7 +155,7 @@ def compute(seeds=3, tier="quick") -> tuple[dict, object]:
 
 
 def _setting(tier) -> str:
-    return C.setting(tier, **(HP if C.tier_of(tier) != "mnist" else {a: MNIST[a] for a in ALGOS}))
+    return C.setting(tier, **(HP if C.protocol(tier) != "mnist" else {a: MNIST[a] for a in ALGOS}))
 
 
 def figure(data: dict, res: dict):

@@ -31,7 +31,7 @@ MNIST_HP = dict(dir_alpha=0.1, rho=0.1, lamb=0.1)
 
 
 def hp(algo: str, tier) -> dict:
-    if C.tier_of(tier) != "mnist":
+    if C.protocol(tier) != "mnist":
         return {"algo": algo, **HP}
     return {"algo": algo, "dir_alpha": 0.1, **({k: MNIST_HP[k] for k in ("rho", "lamb")} if algo in
                                                ("fedspeed", "fedsmoo") else {})}
@@ -52,7 +52,7 @@ def compute(seeds=3, tier="quick"):
         table.append(C.row(cid, ROWS[cur][0], f"gain {V.fmt(v, 100, ' points')} (paper +"
                                               f"{ROWS[cur][1] - ROWS[prev][1]:.2f}; target "
                                               f"+{100 * C.CLAIMS[cid].target:.2f})", v))
-    setting = C.setting(tier, partition="pathological", classes_per_client=3) if C.tier_of(tier) != "mnist" else \
+    setting = C.setting(tier, partition="pathological", classes_per_client=3) if C.protocol(tier) != "mnist" else \
         C.setting(tier, dir_alpha=0.1)
     data = {"claim": "FedSMOO Table 8: dynamic regularisation, local SAM and the SAM correction each add accuracy",
             "setting": setting, "seeds": seeds, "table": table, **C.finish(table),

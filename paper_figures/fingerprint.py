@@ -281,7 +281,8 @@ def main(argv=None) -> int:
     from fedlab_analysis.options import ArgParser
     from paper_figures import common
     ap = ArgParser(prog="python -m paper_figures.fingerprint", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tier", default="quick", choices=("quick", "mnist"), help="whose run cache records it "
+    ap.add_argument("--tier", default="quick", choices=("quick", "mnist", "fmnist"),
+                    help="whose run cache records it "
                     "(<out>/runs/<tier>/fingerprints.json; default quick)")
     ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(common.OUT),
                     help=f"output root (default $PAPER_FIGURES_OUT, else {common.OUT})")

@@ -53,6 +53,7 @@ HOOKS = {                                     # tag -> "module:function(seed) ->
 CARD = "one NVIDIA H200 (benchmarks/gpu_check.md, 27 Nov 2026: FedAvg 2.258 s a round, compiled, fp32)"
 COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (2.258 / 500, 2.258 / 500 * 240 / 3)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
+COST["fmnist"] = COST["mnist"]                       # one model and protocol
 HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5-rho0.1": 2.5}
 _UNFINGERPRINTED: set = set()                 # sources whose fingerprint failed in this process (same_behaviour)
 

@@ -145,3 +145,24 @@ def test_real_cached_copy():
     assert abs(x_tr.mean() / 255 - 0.2860) < 5e-4 and abs(x_tr.std() / 255 - 0.3530) < 5e-4
     ds = load_dataset("fmnist")
     assert len(ds.y_train) == 60000 and ds.n_classes == 10
+
+
+def test_train_reads_the_cache_with_no_data_dir(tmp_path):
+    """`make data` then `python -m fedlab_analysis.train --dataset fmnist ...` with no --data-dir: one round trains on
+    the cached 60,000 images and evaluates on the 10,000 test images."""
+    import json
+
+    from fedlab_analysis import train
+    from fedlab_analysis.plots import read_metrics
+    npz = fmnist.root("fmnist") / fmnist.NPZ
+    if not npz.is_file():
+        if os.environ.get("FEDLAB_REQUIRE_DATA"):
+            pytest.fail(f"{npz} absent although FEDLAB_REQUIRE_DATA is set (`make data` did not make it)")
+        pytest.skip(f"{npz} absent (run `make data`)")
+    out = tmp_path / "run"
+    assert train.main(["--algo", "fedavg", "--dataset", "fmnist", "--clients", "10", "--local-steps", "2",
+                       "--rounds", "1", "--quiet", "--out", str(out)]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["dataset"] == "fmnist" and not cfg.get("data_dir")
+    row = read_metrics(out)[-1]
+    assert row["round"] == 1 and 0.1 < row["test_acc"] < 1.0

@@ -338,3 +338,20 @@ def test_readme_shows_the_current_full_tier_plan(capsys, tmp_path):
     assert m, "README: no `--tier full --plan` block"
     assert T.main(["--tier", "full", "--plan", "--out", str(tmp_path)]) == 0        # an empty cache
     assert capsys.readouterr().out.strip() == m.group(1).strip()
+
+
+def test_fmnist_tier_runs_the_mnist_protocol_on_fashion_mnist():
+    """Every script's fmnist runs are its mnist runs with the data set changed: the same model, settings, grids,
+    seeds and hooks (common.protocol), so a claim meets the same test on the second real task."""
+    import importlib
+
+    from paper_figures import common, tier
+    for name in tier.ORDER:
+        mod = importlib.import_module(f"paper_figures.{name}")
+        a, b = mod.run_list("mnist", 2), mod.run_list("fmnist", 2)
+        assert len(a) == len(b) > 0, name
+        for (oa, sa, ta), (ob, sb, tb) in zip(a, b):
+            ca, cb = common.config(oa, sa, "mnist").to_dict(), common.config(ob, sb, "fmnist").to_dict()
+            assert (sa, ta) == (sb, tb) and ca.pop("dataset") == "mnist" and cb.pop("dataset") == "fmnist", name
+            assert ca == cb, name
+    assert common.protocol("fmnist") == common.protocol("mnist") == "mnist" and common.protocol("quick") == "quick"
