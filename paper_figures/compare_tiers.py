@@ -41,6 +41,38 @@ def table(pairs, a: str, b: str, changed_only: bool = False) -> str:
     return "\n".join(lines) + f"\n\n{n} of {len(pairs)} comparisons ({scripts} scripts) change verdict from {a} to {b}."
 
 
+def tasks(names, tiers=C.REAL) -> list[dict]:
+    """Per comparison of the scripts ``names``, its verdict on each real task (tier) with committed results, and on
+    how many of those it holds (reproduced): [{"script", "row", "verdicts": {tier: verdict}, "holds", "of"}]. A tier
+    whose results are absent, or where the comparison was not measured, is left out of "of" (not counted against
+    the claim)."""
+    out = []
+    for name in names:
+        got = {t: r for t in tiers if (r := rows(name, t)) is not None}
+        for row in dict.fromkeys(r for v in got.values() for r in v):
+            verdicts = {t: got[t].get(row, "absent") for t in got}
+            tested = [v for v in verdicts.values() if v not in ("absent", "not measured")]
+            out.append({"script": name, "row": row, "verdicts": verdicts, "of": len(tested),
+                        "holds": sum(v == "reproduced" for v in verdicts.values())})
+    return out
+
+
+def tasks_table(names, tiers=C.REAL) -> str:
+    """Markdown: each comparison's raw verdict per real task and "holds on k of n", then the tiers not yet trained
+    with the command that trains them."""
+    got = tasks(names, tiers)
+    trained = [t for t in tiers if any(C.committed(n, t) is not None for n in names)]
+    head = ["| script | comparison | " + " | ".join(C.TIERS[t]["dataset"] for t in trained) + " | holds on |",
+            "|---|---|" + "---|" * len(trained) + "---|"]
+    body = [f"| {r['script']} | {r['row'].replace('|', '/')} | " + " | ".join(r["verdicts"].get(t, "absent")
+            for t in trained) + f" | {r['holds']} of {r['of']} |" for r in got]
+    missing = [t for t in tiers if t not in trained]
+    note = "".join(f"\n\n*The {t} tier ({C.TIERS[t]['dataset']}) is not trained yet:* `make figures TIER={t}` "
+                   f"trains it (resumable; `python -m paper_figures.tier --tier {t} --plan` says how long)."
+                   for t in missing)
+    return ("\n".join(head + body) if got else "*No real tier has committed results for these scripts yet.*") + note
+
+
 @guard("paper_figures.compare_tiers")
 def main(argv=None) -> int:
     import argparse

@@ -355,3 +355,24 @@ def test_fmnist_tier_runs_the_mnist_protocol_on_fashion_mnist():
             assert (sa, ta) == (sb, tb) and ca.pop("dataset") == "mnist" and cb.pop("dataset") == "fmnist", name
             assert ca == cb, name
     assert common.protocol("fmnist") == common.protocol("mnist") == "mnist" and common.protocol("quick") == "quick"
+
+
+def test_claims_on_real_tasks_count_where_they_hold(tmp_path, monkeypatch):
+    """compare_tiers.tasks: a comparison holds on k of the n real tasks with committed results; an untrained tier is
+    not counted, and the table says how to train it."""
+    from paper_figures import common, compare_tiers
+    monkeypatch.setattr(common, "OUT", tmp_path)
+
+    def put(tier, verdicts):
+        d = common.out_dir("s", tier, root=tmp_path)
+        d.mkdir(parents=True)
+        (d / "data.json").write_text(json.dumps({"table": [{"row": r, "verdict": v} for r, v in verdicts.items()]}))
+    put("mnist", {"a": "reproduced", "b": "opposite", "c": "not measured"})
+    got = compare_tiers.tasks(["s"])
+    assert [(r["row"], r["holds"], r["of"]) for r in got] == [("a", 1, 1), ("b", 0, 1), ("c", 0, 0)]
+    assert "make figures TIER=fmnist" in compare_tiers.tasks_table(["s"])
+    put("fmnist", {"a": "reproduced", "b": "reproduced", "c": "inconclusive"})
+    got = compare_tiers.tasks(["s"])
+    assert [(r["row"], r["holds"], r["of"]) for r in got] == [("a", 2, 2), ("b", 1, 2), ("c", 0, 1)]
+    table = compare_tiers.tasks_table(["s"])
+    assert "| s | a | reproduced | reproduced | 2 of 2 |" in table and "not trained yet" not in table
