@@ -10,12 +10,13 @@ A claim's ``effect`` says what each seed's paired effect is, signed so that > 0 
   exact       an identity, a count or a printed column: holds or is violated
 A null claim's margin is ``margin`` where the paper's words give one ("paper" in its row); where they do not,
 ``margin`` is None and the verdict derives it from the seeds' noise (verdict.NOISE_MULTIPLE, "ours" in its row).
-``measure`` is the curve the convergence gate reads (verdict.gate): test accuracy for accuracy claims, the training
+``measure`` is the curve the convergence gate reads (verdict.flag): test accuracy for accuracy claims, the training
 loss for claims about the trained model's curvature, flatness or other state; none for a claim about the course of
 training (``at_convergence`` False). ``predicts_divergence``: the paper predicts that these runs diverge, so a
 diverged run is evidence for the claim. A claim whose ``where`` starts with "Control" is the toolkit's control of a
-component the paper credits (its quote is the credit). ``regime`` names a restriction the paper attaches. Quotes are verbatim (whitespace, ligatures, dashes and line-break
-hyphens aside: tests/test_claims_quoted.py checks each against the paper's text).
+component the paper credits (its quote is the credit). ``regime`` names a restriction the paper attaches. Quotes are
+verbatim (whitespace, ligatures, dashes and line-break hyphens aside: tests/test_claims_quoted.py checks each
+against the paper's text).
 """
 from __future__ import annotations
 
