@@ -380,6 +380,33 @@ def _vectors(x, n: int):
                 yield from _vectors(v, n)
 
 
+def _numbers(x, n: int):
+    """Every list of ``n`` finite numbers inside ``x``, and every column of a list of ``n`` dicts (per-seed records)."""
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _numbers(v, n)
+    elif isinstance(x, list):
+        if len(x) == n and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               for v in x):
+            yield np.asarray(x, dtype=float)
+        elif len(x) == n and all(isinstance(v, dict) for v in x):
+            for k in x[0]:
+                col = [v.get(k) for v in x]
+                if all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in col):
+                    yield np.asarray(col, dtype=float)
+        for v in x:
+            yield from _numbers(v, n)
+
+
+def reference(data: dict, effects) -> np.ndarray | None:
+    """The reference arm b per seed of a relative gap (b - a) / b = ``effects``, from the stored vectors of ``data``
+    (its table aside); None where no pair, or no single b, gives it."""
+    e = np.asarray(effects, dtype=float)
+    vs = [v for v in _numbers({k: v for k, v in data.items() if k != "table"}, e.size) if np.all(v != 0)]
+    hits = {tuple(b): b for a in vs for b in vs if np.allclose((b - a) / b, e, rtol=1e-9, atol=1e-12)}
+    return next(iter(hits.values())) if len(hits) == 1 else None
+
+
 def arms(data: dict, effects) -> tuple | None:
     """(acc_a, acc_b) per seed: the stored vectors of ``data`` (a data.json, its table aside) whose difference is
     ``effects``; None where no pair, or no single b, gives it."""
@@ -432,7 +459,7 @@ def curve_runs(curves: dict, ids, where: str) -> list[dict]:
     return [{"id": i, "diverged": curves[i]["diverged"], "curve": curves[i]} for i in ids]
 
 
-def audit(path: Path, tier: str, script: str) -> list[dict]:
+def audit(path: Path, tier: str, script: str, data: dict | None = None) -> list[dict]:
     """The rows of one committed data.json, each stored verdict re-derived from what is committed beside it by
     ``decide`` (a row that does not recompute is a UserError naming it), then under the current rule with its
     p-value and relative size. A row that names its runs is re-derived from its script's curves.json: each run's
@@ -440,13 +467,13 @@ def audit(path: Path, tier: str, script: str) -> list[dict]:
     (``curves``: "checked"). A row written before curves were committed is re-derived from its per-seed effects and
     the run counts its note states, with the margin it stores (``curves``: "absent"), and its current-rule verdict
     takes a margin of ours from the baseline arm's accuracies where the data.json stores them (else "not
-    measured")."""
+    measured"). ``data``: the rows of ``path`` as read elsewhere (the controls of ``settings.control_data``)."""
     from dataclasses import replace
 
     from fedlab_analysis.errors import UserError
     from paper_figures.claims import CLAIMS
     from paper_figures.tier import TOY
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text()) if data is None else data
     curves = None
     out = []
     for i, t in enumerate(data["table"]):
@@ -461,6 +488,7 @@ def audit(path: Path, tier: str, script: str) -> list[dict]:
                 raise UserError(f"{where} is an exact check that verdict.EXACT does not restate")
             if (REPRODUCED if EXACT[script](data, t) else VIOLATED) != t["verdict"]:
                 raise UserError(f"{where} is stored {t['verdict']}; its check, restated, says otherwise")
+            e["curves"] = "exact check, restated"
             continue
         if t["effect"] is None:
             if t["verdict"] != NOT_MEASURED:
@@ -482,7 +510,8 @@ def audit(path: Path, tier: str, script: str) -> list[dict]:
             stored_rule = replace(c, margin=t["margin"], predicts_divergence=False) if c.null else \
                 replace(c, predicts_divergence=False)
             fresh = decide(stored_rule, x, runs)
-            e["curves"] = "no runs (not trained)" if script in TOY else "absent (written before curves.json)"
+            e["curves"] = "no runs (not trained)" if script in TOY else \
+                "arms from committed accuracies" if script == "controls" else "absent (written before curves.json)"
         if not _same(t, fresh):
             raise UserError(f"{where} does not recompute from the committed files: stored {t['verdict']} "
                             f"{t['mean']} {t['interval']}, recomputed {fresh['verdict']} {fresh['mean']} "
@@ -493,11 +522,16 @@ def audit(path: Path, tier: str, script: str) -> list[dict]:
                 runs = [{**r, "test_acc": acc} for r, acc in zip(runs, [*ab[0], *ab[1]])]   # the stored accuracies
         if "runs" in t:
             now = fresh
-        elif c.margin_from == "ours" and c.noise != "effect" and ab is None:
-            now = {"verdict": NOT_MEASURED, "margin": None}
-            e["why"] = "a margin of ours needs the baseline arm's seeds, which this data.json does not store"
         else:
-            now = decide(c, x, runs, base=None if ab is None else ab[1])
+            base = None if c.margin_from != "ours" or c.noise == "effect" else ab[1] if ab is not None else \
+                None if is_accuracy(c) or not np.isfinite(x).all() else \
+                reference({"data": data, "row": {k: v for k, v in t.items() if k != "effect"}}, x)
+            if c.margin_from == "ours" and c.noise != "effect" and base is None:
+                now = {"verdict": NOT_MEASURED, "margin": None}
+                e["why"] = "a margin of ours needs the baseline arm's seeds, which this data.json does not store"
+            else:
+                now = decide(c, x, runs, base=None if base is None or ab is not None else rel_base(base)) \
+                    if ab is None else decide(c, x, runs, base=base)
         e["raw"], e["margin"] = now["verdict"], now["margin"]
         if e["raw"] in (*DECISIVE, INCONCLUSIVE) and np.isfinite(x).all():
             e["p"], e["effect"] = p_value(c, x, e["margin"]), np.asarray(x)
@@ -522,7 +556,8 @@ def _duplicate(a: dict, b: dict) -> bool:
 def family(root=None) -> dict:
     """{tier: rows} over the committed data.json files under ``root`` (paper_figures/out): the quick tier's
     ``<name>/``, the mnist tier's ``mnist/<name>/`` and, in every tier, the scripts that train no tier runs
-    (tier.TOY). Each row gains ``same_as`` (the rows with the same effect and test), ``p_holm`` (Holm within its
+    (tier.TOY), and in the mnist tier the controls that pair two scripts' committed arms (``settings.control_data``,
+    script "controls"). Each row gains ``same_as`` (the rows with the same effect and test), ``p_holm`` (Holm within its
     paper's family, one effect counted once: ``counted`` marks its first row) and ``adjusted``."""
     from paper_figures.tier import TOY
     root = Path(root) if root is not None else Path(__file__).parent / "out"
@@ -531,6 +566,9 @@ def family(root=None) -> dict:
     out = {}
     for tier, paths in tiers.items():
         rows = [r for p in paths if p.is_file() for r in audit(p, tier, p.parent.name)]
+        if tier == "mnist" and rows:
+            from paper_figures.settings import OUT as SETTINGS, control_data
+            rows += audit(SETTINGS / "controls.md", tier, "controls", control_data(root))
         tested = [r for r in rows if r["p"] is not None]
         groups = []                                 # one effect each: its rows, the first one heading it
         for i, a in enumerate(tested):
@@ -582,6 +620,8 @@ def render(fam: dict) -> str:
            "once in their paper's family.",
            "- *relative*: the relative reduction of test error, mean(acc_a - acc_b) / mean(1 - acc_b), beside the "
            "points, for test-accuracy effects whose arms' per-seed accuracies the data.json stores.",
+           f"- A null claim's *margin*: *paper* where its words give one, else *ours*: {NOISE_MULTIPLE:g} seed "
+           "standard deviations of the baseline arm (verdict.py).",
            f"- *{COLLAPSED}*: a finite run ended below chance + {CHANCE_MARGIN:g} of the way to 100% test accuracy; "
            "an outcome, outside the family like exact checks and rows not measured, not converged or diverged.", ""]
     out += ["## Family-wise counts", "",
@@ -595,9 +635,23 @@ def render(fam: dict) -> str:
                 changed = sum(r["raw"] != r["adjusted"] for r in judged)
                 out.append(f"| {tier} | {paper} | {len(judged)} | {distinct} | {_counts(r['raw'] for r in judged)} | "
                            f"{_counts(r['adjusted'] for r in judged)} | {changed} |")
+    out += ["", "## What each verdict is re-derived from", "",
+            f"Every row is recomputed from the committed files by `verdict.audit` (tests/test_verdict_family.py). "
+            f"*curves*: the row names its runs; each run's flag (the convergence gate, collapse, divergence) is "
+            f"recomputed from its script's `{CURVES}` and the verdict from those flags. *absent*: written before "
+            f"curves were committed; the verdict is recomputed from its per-seed effects and the run counts its note "
+            f"states. *arms*: a control paired from two scripts' committed accuracies. *not trained*: a toy's row.", "",
+            "| tier | script | rows re-derived | from curves | curves absent | other |", "|---|---|---|---|---|---|"]
+    for tier, rows in fam.items():
+        for s in sorted({r["script"] for r in rows}):
+            rs = [r for r in rows if r["script"] == s and r["curves"]]
+            n = lambda k: sum(r["curves"].startswith(k) for r in rs)          # noqa: E731
+            out.append(f"| {tier} | {s} | {len(rs)} | {n('checked')} | {n('absent')} | "
+                       f"{len(rs) - n('checked') - n('absent')} |")
     out += ["", "## Stored verdicts the current rule changes", ""]
     moved = [(t, r) for t, rows in fam.items() for r in rows if r["raw"] != r["stored"]]
-    out += [f"- {t}, {_label(r)}: stored *{r['stored']}*, now *{r['raw']}*" for t, r in moved] or ["None."]
+    out += [f"- {t}, {_label(r)}: stored *{r['stored']}*, now *{r['raw']}*" + (f" ({r['why']})" if r.get("why")
+                                                                            else "") for t, r in moved] or ["None."]
     cell = lambda x: str(x).replace("|", "\\|")                                      # noqa: E731
     for tier, rows in fam.items():
         for paper in PAPERS:
@@ -609,7 +663,10 @@ def render(fam: dict) -> str:
                     "|---|---|---|---|---|---|---|---|---|"]
             for r in judged:
                 m = float(np.mean(r["effect"]))
-                eff = f"{100 * m:+.3g} points" if is_accuracy(CLAIMS[r["claim"]]) else f"{m:+.3g}"
+                c = CLAIMS[r["claim"]]
+                k = 100 if is_accuracy(c) else 1
+                eff = f"{k * m:+.3g}" + (" points" if k == 100 else "") + (
+                    f" (margin {k * r['margin']:.3g}, {c.margin_from})" if c.null and r["margin"] is not None else "")
                 rel = "" if r["relative"] is None else f"{100 * r['relative']:+.3g}% of the error"
                 adj = r["adjusted"] if r["adjusted"] == r["raw"] else f"**{r['adjusted']}**"
                 out.append(f"| {r['script']} | {cell(r['row'])} | {eff} | {rel} | {r['raw']} | {r['p']:.3g} | "
