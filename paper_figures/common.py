@@ -316,10 +316,15 @@ def reading(data: dict) -> str:
         if hit:
             out.append(f"- {v} ({len(hit)}): " + "; ".join(hit))
     if V.NOT_CONVERGED in verdicts:
-        out.append(f"\n\"{V.NOT_CONVERGED}\": a run of the comparison still moved over its last rounds "
-                   "(`common.converged`), so its measured column is shown without a verdict.")
+        out.append(f"\n\"{V.NOT_CONVERGED}\": a run of the comparison still moved over its last rounds on the "
+                   "claim's own curve (test accuracy, or the training loss for a curvature or flatness claim) by more "
+                   "than a quarter of the interval's half-width (`verdict.flag`), so its measured column is shown "
+                   "without a verdict.")
     if V.DIVERGED in verdicts:
         out.append(f"\n\"{V.DIVERGED}\": a run of the comparison went non-finite; it is an outcome, not a dropped run.")
+    if V.COLLAPSED in verdicts:
+        out.append(f"\n\"{V.COLLAPSED}\": a run of the comparison ended at chance accuracy; its effect measures no "
+                   "trained model.")
     few = sorted({r["n_seeds"] for r in table if r.get("interval") and r.get("n_seeds", V.MIN_SEEDS) < V.MIN_SEEDS})
     if few:
         out.append(f"\nWith {' or '.join(map(str, few))} seeds (fewer than {V.MIN_SEEDS}) the 95% intervals are wide.")
