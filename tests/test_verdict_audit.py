@@ -109,13 +109,17 @@ def test_a_predicted_divergence_counts_for_the_claim():
     assert V.decide(ACC, [0.3, np.nan], runs)["verdict"] == V.DIVERGED
 
 
-def test_controls_are_claims_in_their_papers_family():
+@pytest.fixture(scope="module")
+def fam():
+    return V.family(OUT)
+
+
+def test_controls_are_claims_in_their_papers_family(fam):
     want = {"fedlesam.ctrl.s_scaffold": "fedlesam", "fedlesam.ctrl.d_feddyn": "fedlesam",
             "fedsmoo.ctrl.feddyn": "fedsmoo", "fedinit.ctrl.ri": "fedinit"}
     for cid, paper in want.items():
         c = CLAIMS[cid]
         assert c.paper == paper and c.where.startswith("Control (the toolkit's)") and c.measure == "test_acc"
-    fam = V.family(OUT)
     got = {r["claim"] for t in fam.values() for r in t if r["p"] is not None and r["claim"] in want}
     assert got == set(want)                                              # each judged, in its paper's family
     assert all(r["p_holm"] is not None for t in fam.values() for r in t if r["claim"] in want and r["p"] is not None)
@@ -130,11 +134,10 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
-def test_every_committed_row_is_rederived_and_absent_curves_are_listed():
+def test_every_committed_row_is_rederived_and_absent_curves_are_listed(fam):
     """Every quick row of a trained comparison names its runs and is re-derived from its curves.json; every mnist
     row written before curves were committed is re-derived from its per-seed effects and said to lack curves (in
     verdicts.md's table), none silently skipped."""
-    fam = V.family(OUT)
     quick = [r for r in fam["quick"] if r["stored"] != V.NOT_MEASURED and r["curves"] != "exact check, restated"
              and r["script"] != "stability_gap"]
     assert quick and all(r["curves"] == "checked" for r in quick), [(r["script"], r["row"]) for r in quick
