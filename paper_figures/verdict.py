@@ -69,7 +69,9 @@ equal rounds), judged by the same rule and in their paper's family.
 Audit: each row of a trained comparison names its runs (``runs``) with each run's flag (``flags``) and the gate's
 measure and tolerance (``gate``); its script commits curves.json beside data.json, the compact curves of those
 runs (test accuracy and training loss per evaluated round, 5 significant digits; ``runs.curve``), and the gate
-reads those rounded curves, so ``audit`` re-derives every flag and verdict from the committed files alone.
+reads those rounded curves, so ``audit`` re-derives every flag and verdict from the committed files alone. A row
+written before curves were committed (the mnist tier's outputs until it is regenerated) is re-derived from its
+per-seed effects and the run counts its note states; verdicts.md lists those rows per script as lacking curves.
 
 Relative size (``relative``), beside the points for test-accuracy effects: the relative reduction of test error,
 mean_s(acc_a - acc_b) / mean_s(1 - acc_b), b the comparison's subtracted arm. It transfers between tasks where

@@ -186,6 +186,17 @@ def test_one_changed_curve_number_or_flag_is_caught(tmp_path, what):
     assert V.render(V.family(copy_tree(tmp_path / "fresh"))) == (OUT / "verdicts.md").read_text()
 
 
+def test_a_changed_baseline_seed_moves_the_margin_and_is_caught(tmp_path):
+    root = copy_tree(tmp_path)
+    hit = next((f, d, i) for f in sorted(root.glob("*/data.json")) for d in [json.loads(f.read_text())]
+               for i, t in enumerate(d["table"]) if t.get("baseline") and t.get("runs"))
+    f, d, i = hit
+    d["table"][i]["baseline"][0] += 0.01
+    f.write_text(json.dumps(d))
+    with pytest.raises(UserError, match=f"{f.parent.name}/data.json: row {i} .*does not recompute"):
+        V.family(root)
+
+
 def test_a_missing_curves_file_is_named(tmp_path):
     root = copy_tree(tmp_path)
     f, d, _ = _quick_row_with_runs(root)
