@@ -114,6 +114,26 @@ def fam():
     return V.family(OUT)
 
 
+def test_a_predicted_divergence_round_trips_outside_the_family(tmp_path, monkeypatch):
+    """A run that diverged while the effect stayed finite (a late-accuracy mean over rounds before the blow-up):
+    the row is re-derived from curves.json, reproduced, and no test of the family."""
+    monkeypatch.setattr("paper_figures.tier.TOY", ())
+    div = CLAIMS["fedinit.fig1.diverges"]
+    runs = [run(FLAT_ACC, FLAT_LOSS, 0), run(FLAT_ACC, FLAT_LOSS, 1, diverged="loss is nan at round 40"),
+            run(FLAT_ACC, FLAT_LOSS, 2), run(FLAT_ACC, FLAT_LOSS, 3)]
+    rows = [{"row": "beta 3", **V.decide(div, [0.3, 0.31], runs)},
+            {"row": "K", **V.decide(CLAIMS["fedinit.fig1.k"], [0.01, 0.012, 0.011], runs[:1] + runs[2:] * 1)}]
+    assert rows[0]["verdict"] == V.REPRODUCED and rows[0]["flags"][1] == "diverged"
+    d = tmp_path / "fedinit_fig1_sensitivity"
+    d.mkdir()
+    (d / "data.json").write_text(json.dumps({"table": rows}))
+    (d / V.CURVES).write_text(json.dumps({"runs": {r["id"]: {**r["curve"], "seed": 0, "diverged": r["diverged"]}
+                                                   for r in runs}}))
+    got = {r["row"]: r for r in V.family(tmp_path)["quick"]}
+    assert got["beta 3"]["raw"] == V.REPRODUCED and got["beta 3"]["p"] is None and got["beta 3"]["curves"] == "checked"
+    assert got["K"]["p"] is not None
+
+
 def test_controls_are_claims_in_their_papers_family(fam):
     want = {"fedlesam.ctrl.s_scaffold": "fedlesam", "fedlesam.ctrl.d_feddyn": "fedlesam",
             "fedsmoo.ctrl.feddyn": "fedsmoo", "fedinit.ctrl.ri": "fedinit"}
