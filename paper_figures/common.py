@@ -244,27 +244,11 @@ def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbac
     return [runs.result(runs.ensure(task)) for task in tasks]
 
 
-def converged(test_accs, frac: float = 0.1, tol: float = 0.003) -> bool:
-    """The one convergence criterion: the mean test accuracy over the last ``frac`` (10%) of the evaluated rounds
-    differs from the mean over the 10% before it by less than ``tol`` (0.3 points) plus twice the standard error of
-    that difference (from the round-to-round spread about a straight line fitted to those 2 windows, so that a
-    trend is not counted as noise). Needs at least 10 evaluations and finite values.
-    Why: at 300 rounds that is a 30-round window; a curve that still gains 0.3 points per 30 rounds would gain about
-    a point more by 400 rounds, the size of the smallest effects the papers claim, so such a comparison says "not
-    converged" instead of a verdict. The noise term keeps a curve that only jitters (on a 360-image test set one
-    image is 0.28 points) from reading as unconverged, while a steady climb, whose windows barely spread, does not
-    hide behind it."""
-    a = np.asarray(list(test_accs), dtype=float)
-    if a.size < 10 or not np.all(np.isfinite(a)):
-        return False
-    w = max(1, int(round(frac * a.size)))
-    tail = a[-2 * w:]
-    se = 0.0
-    if tail.size > 2:                                  # residual spread about the windows' linear trend
-        t = np.arange(tail.size)
-        resid = tail - np.polyval(np.polyfit(t, tail, 1), t)
-        se = float(np.sqrt(resid @ resid / (tail.size - 2) * 2 / w))
-    return bool(abs(tail[w:].mean() - tail[:w].mean()) < tol + 2 * se)
+def converged(test_accs, frac: float = V.GATE_WINDOW, tol: float = 0.003) -> bool:
+    """A run's test-accuracy curve is a plateau within ``tol`` (0.3 points): ``verdict.plateau``, the convergence
+    gate's test, at a fixed tolerance. The flag ``train_seeds`` reports beside each run; a verdict gates on the
+    claim's own curve and a tolerance tied to its interval (``verdict.flag``)."""
+    return V.plateau(test_accs, tol, frac=frac)
 
 
 def matched_checkpoints(runs_: list) -> dict:
@@ -374,10 +358,15 @@ def reading(data: dict) -> str:
         if hit:
             out.append(f"- {v} ({len(hit)}): " + "; ".join(hit))
     if V.NOT_CONVERGED in verdicts:
-        out.append(f"\n\"{V.NOT_CONVERGED}\": a run of the comparison still moved over its last rounds "
-                   "(`common.converged`), so its measured column is shown without a verdict.")
+        out.append(f"\n\"{V.NOT_CONVERGED}\": a run of the comparison still moved over its last rounds on the "
+                   "claim's own curve (test accuracy, or the training loss for a curvature or flatness claim) by more "
+                   "than a quarter of the interval's half-width (`verdict.flag`), so its measured column is shown "
+                   "without a verdict.")
     if V.DIVERGED in verdicts:
         out.append(f"\n\"{V.DIVERGED}\": a run of the comparison went non-finite; it is an outcome, not a dropped run.")
+    if V.COLLAPSED in verdicts:
+        out.append(f"\n\"{V.COLLAPSED}\": a run of the comparison ended at chance accuracy; its effect measures no "
+                   "trained model.")
     few = sorted({r["n_seeds"] for r in table if r.get("interval") and r.get("n_seeds", V.MIN_SEEDS) < V.MIN_SEEDS})
     if few:
         out.append(f"\nWith {' or '.join(map(str, few))} seeds (fewer than {V.MIN_SEEDS}) the 95% intervals are wide.")
@@ -500,8 +489,26 @@ def save_result(name: str, data: dict, fig, tier=None) -> Path:
     d = out_dir(name, tier)
     d.mkdir(parents=True, exist_ok=True)
     (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")
+    write_curves(d, data)
     plots.save(fig, d / "fig.png")
     return d
+
+
+def write_curves(d: Path, data: dict) -> None:
+    """``d``/curves.json: the compact curve (``runs.curve``) of every run a row of ``data``'s table names, what
+    ``verdict.audit`` re-derives the rows' flags and verdicts from; none (and an old one removed) where no row
+    names runs."""
+    from paper_figures import runs
+    ids = sorted({i for t in data.get("table", []) for i in t.get("runs", [])})
+    f = d / V.CURVES
+    if not ids:
+        f.unlink(missing_ok=True)
+        return
+    missing = [i for i in ids if i not in runs.CURVES]
+    if missing:
+        raise ValueError(f"write_curves: runs {missing[:3]} named by the table were not read in this process")
+    f.write_text(json.dumps({"digits": runs.CURVE_DIGITS, "runs": {i: runs.CURVES[i] for i in ids}},
+                            sort_keys=True, separators=(",", ":")) + "\n")
 
 
 def _plain(x):

@@ -8,7 +8,8 @@ bound: the paper does not say the drift falls as alpha^2. The shared Delta_t is 
 cancels from the dispersion around the clients' mean, and the same argument bounds that dispersion by terms of
 order alpha (heterogeneity) and alpha^2 (noise): as alpha -> 0 it falls at least linearly. That consequence is
 what is checked: the log-log slope of the dispersion in alpha is at least 1 (claim fedcm.b8, effect 1 - slope,
-margin 0.1: "reproduced" when the slope's interval lies above 0.9, "opposite" when it lies below).
+a margin of ours, two seed sd of the slope: "reproduced" when the slope's interval lies above 1 - margin,
+"opposite" when it lies below).
 
 Measured: from each trained FedCM (alpha 0.1) checkpoint of the Table 3 sweep (3 seeds), one more round with
 alpha replaced by each value of a grid, from the same state (w, Delta), the same clients and the same minibatches;

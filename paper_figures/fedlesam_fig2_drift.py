@@ -13,8 +13,8 @@ trained with. Training rho as the paper states it (Sec. 6.1): 0.01 for FedSAM an
 Each verdict compares FedLESAM with one method seed by seed (relative gap): mean PD over all rounds, mean sharpness
 over the last third of training, adaptive sharpness of the final model, and global sharpness at matched training
 loss (paper_figures/flatness.py). "Much smaller" is read as at most half the other's value (claims.py). FedSAM
-"could not achieve satisfactory global flatness" compared to FedAvg: FedSAM at most 10% flatter than FedAvg (an
-equivalence margin: a FedSAM clearly flatter than that is "opposite"). Comparisons: 4 x 4 + 3 = 19; the real tiers
+"could not achieve satisfactory global flatness" compared to FedAvg: FedSAM no flatter than FedAvg beyond a margin
+of ours (two seed sd of FedAvg's measure over its mean: a FedSAM clearly flatter is "opposite"). Comparisons: 19; the real tiers
 also judge FedLESAM in the released code's form (`--lesam-source last_global_update`, labelled "code form"): 35.
 
     python -m paper_figures.fedlesam_fig2_drift [--full --data-dir DIR] [--seeds 3]
@@ -134,10 +134,11 @@ def compute(seeds=3, tier="quick"):
     for key, what in (("late_sharpness", "global sharpness (late)"),
                       ("adaptive", f"adaptive sharpness (rho={FL.RHO}, eta={FL.ETA})")):
         avg, sam = ([r[key] for r in per[g]] for g in ("fedavg", "fedsam"))
-        v = V.decide(C.CLAIMS[cid], FL.rel_gap(avg, sam), runs["fedavg"] + runs["fedsam"])
+        v = V.decide(C.CLAIMS[cid], FL.rel_gap(avg, sam), runs["fedavg"] + runs["fedsam"],
+                     base=V.rel_base(avg))
         table.append(C.row(cid, f"FedSAM not flatter than FedAvg: {what}",
-                           f"FedSAM {C.pm(sam)} vs FedAvg {C.pm(avg)}; FedSAM flatter by {V.fmt(v, 100, '%')} "
-                           f"(margin {100 * C.CLAIMS[cid].margin:.0f}%)", v, key=key, other="fedavg"))
+                           f"FedSAM {C.pm(sam)} vs FedAvg {C.pm(avg)}; FedSAM flatter by {V.fmt(v, 100, '%')}", v,
+                           key=key, other="fedavg"))
     table.append(FL.matched_row(cid, "FedSAM not flatter than FedAvg: global sharpness", runs["fedavg"],
                                 runs["fedsam"], probe=sharp_at, what="sharpness")
                  | {"key": "sharpness_matched", "other": "fedavg"})

@@ -8,7 +8,8 @@ Measured as in the FedSMOO Fig. 3 script (one shared function, ``fedsmoo_fig3_su
 over a random filter-normalised plane, adaptive sharpness, and the rise at matched training loss, seed by seed.
 The paper claims flatness only (no lower minimum): FedLESAM-D flatter than each other method ("further minimizes
 the global sharpness"), FedSMOO much flatter than FedAvg, FedSAM and FedGAMMA not desirably flatter than FedAvg
-(at most 10% flatter: an equivalence margin, so they can come out opposite). rho as Sec. 6.1 / App. E.1 state it:
+(no flatter than two seed standard deviations of FedAvg's measure: a margin of ours, so they can come out
+opposite). rho as Sec. 6.1 / App. E.1 state it:
 0.01 for FedSAM, 0.1 for FedGAMMA, FedSMOO and FedLESAM-D. Comparisons: 7 claims x 3 measures = 21.
 
     python -m paper_figures.fedlesam_fig3_surface [--full --data-dir DIR] [--seeds 3]

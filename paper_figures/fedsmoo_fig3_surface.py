@@ -104,7 +104,8 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
             continue
         for k in keys[:2]:
             base, mine = ([r[k] for r in per[a]] for a in (base_a, mine_a))
-            v = V.decide(C.CLAIMS[cid], FL.rel_gap(base, mine), runs[base_a] + runs[mine_a])
+            v = V.decide(C.CLAIMS[cid], FL.rel_gap(base, mine), runs[base_a] + runs[mine_a],
+                         base=V.rel_base(base))
             table.append(C.row(cid, f"{label}: {LABEL[k]}", f"{algos[mine_a]} {C.pm(mine)} vs {algos[base_a]} "
                                                             f"{C.pm(base)}; gap {V.fmt(v, 100, '%')}", v, key=k,
                                base=base_a, method=mine_a))

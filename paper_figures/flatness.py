@@ -80,7 +80,8 @@ def matched_row(claim_id: str, label: str, runs_base: list, runs_mine: list, pro
                      V.not_measured(C.CLAIMS[claim_id], NO_LADDER, len(runs_base)))
     base = [probe(p) for p in m["base"]]
     mine = [probe(p) for p in m["mine"]]
-    res = V.decide(C.CLAIMS[claim_id], rel_gap(base, mine), list(runs_base) + list(runs_mine))
+    res = V.decide(C.CLAIMS[claim_id], rel_gap(base, mine), list(runs_base) + list(runs_mine),
+                   base=V.rel_base(base))
     return C.row(claim_id, f"{label} at matched train loss ({m['rung']:g})",
                  f"{what} {np.mean(mine):.3g} vs {np.mean(base):.3g}; gap {V.fmt(res, 100, '%')}", res,
                  rung=m["rung"], base=base, mine=mine)
@@ -90,7 +91,8 @@ def adaptive_row(claim_id: str, label: str, runs_base: list, runs_mine: list) ->
     """A verdict row comparing adaptive sharpness of the two algorithms' final models, seed by seed."""
     base = [adaptive(last(r)) for r in runs_base]
     mine = [adaptive(last(r)) for r in runs_mine]
-    res = V.decide(C.CLAIMS[claim_id], rel_gap(base, mine), list(runs_base) + list(runs_mine))
+    res = V.decide(C.CLAIMS[claim_id], rel_gap(base, mine), list(runs_base) + list(runs_mine),
+                   base=V.rel_base(base))
     return C.row(claim_id, f"{label}, adaptive sharpness (rho={RHO}, eta={ETA})",
                  f"{np.mean(mine):.3g} vs {np.mean(base):.3g}; gap {V.fmt(res, 100, '%')}", res,
                  base=base, mine=mine)

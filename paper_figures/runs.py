@@ -418,8 +418,24 @@ def packed(pending: list[dict], size: int) -> list[list[dict]]:
     return out
 
 
+CURVE_DIGITS = 5     # significant digits of the committed curves (curves.json)
+CURVES: dict = {}    # run id -> its compact curve, for every run this process read (common.save_result writes them)
+
+
+def curve(rows, seed: int, diverged) -> dict:
+    """A run's compact curve, what its script commits in curves.json and what the convergence gate reads: the
+    evaluated rounds' test accuracy and training loss to CURVE_DIGITS significant digits (None where non-finite),
+    with the seed and the divergence reason (None if it did not diverge)."""
+    import math
+    ev = [r for r in rows if "test_acc" in r]
+    sig = lambda v: None if v is None or not math.isfinite(v) else float(f"{v:.{CURVE_DIGITS}g}")   # noqa: E731
+    return {"seed": seed, "diverged": diverged, "round": [r["round"] for r in ev],
+            "test_acc": [sig(r["test_acc"]) for r in ev], "train_loss": [sig(r.get("train_loss")) for r in ev]}
+
+
 def result(rec: dict) -> dict:
-    """A done entry as train_seeds returns it (a failed one raises its error)."""
+    """A done entry as train_seeds returns it (a failed one raises its error); its ``id`` (the entry's name) and
+    ``curve`` (:func:`curve`) are also kept in :data:`CURVES`."""
     from fedlab_analysis import plots
     from fedlab_analysis.errors import UserError
     from paper_figures.common import converged
@@ -435,8 +451,10 @@ def result(rec: dict) -> dict:
         import torch
         matched[p.stem.split("_", 1)[1]] = {"path": str(p), "round": int(torch.load(p, weights_only=True)["round"])}
     diverged = done.get("diverged") or next((r["diverged"] for r in rows if r.get("diverged")), None)
+    CURVES[entry.name] = cur = curve(rows, cfg["seed"], diverged)
     return {"seed": cfg["seed"], "run_dir": str(entry / "run"), "test_acc": acc[-1] if acc else float("nan"),
-            "rows": rows, "converged": converged(acc), "diverged": diverged, "matched": matched}
+            "rows": rows, "converged": converged(acc), "diverged": diverged, "matched": matched, "id": entry.name,
+            "curve": cur}
 
 
 # ---- the pool ------------------------------------------------------------------------------------------------

@@ -11,14 +11,25 @@ few values seen). The rule, in the order it is checked:
 
     diverged        a run of the comparison went non-finite (its flag, or a non-finite effect): reported as such,
                     with how many runs; never dropped and never read as "no divergence". Checked before "not
-                    converged" because a diverged run is also unconverged and would otherwise hide the divergence
+                    converged" because a diverged run is also unconverged and would otherwise hide the divergence.
+                    Where the paper predicts the divergence (``Claim.predicts_divergence``: FedInit Fig. 1(b), beta
+                    beyond its threshold), a diverged run is evidence for the claim: "reproduced", outside the family
     collapsed to chance
                     a finite run of the comparison ended at chance: final test accuracy below chance + CHANCE_MARGIN
-                    (one tenth) of the way to 100% (19% for 10 classes). A run flat at chance passes the convergence
-                    gate and its effect is no measurement of the method, so this comes before "not converged"
-    not converged   a run of the comparison did not meet the tier's convergence criterion (the note counts them);
-                    only for claims about the trained model (``Claim.at_convergence``): a claim about the course
-                    of training (a per-round dispersion, drift, consensus or oscillation) is judged as it is
+                    (one tenth) of the way to 100% (19% for 10 classes). A run flat at chance is a plateau, yet its
+                    effect is no measurement of the method, so this comes before "not converged"
+    not converged   a run of the comparison failed the convergence gate (the note counts them); only for claims
+                    about the trained model (``Claim.at_convergence``): a claim about the course of training (a
+                    per-round dispersion, drift, consensus, divergence term or oscillation) is judged as it is.
+                    The gate (``flag``, ``plateau``) reads the claim's own curve (``Claim.measure``): test accuracy
+                    for a test-accuracy effect, the training loss for a claim about the trained model's curvature,
+                    flatness or state. A run passes when the mean of that curve over its last 10% of evaluations
+                    (GATE_WINDOW) differs from the mean over the 10% before by less than GATE_FRACTION (a quarter)
+                    of the interval's half-width plus twice the standard error of the difference (the spread about
+                    a line fitted to the two windows: jitter is not a trend, a steady trend does not hide in it).
+                    The training loss's drift is relative (over its level), against the half-width of a relative
+                    effect (every loss-gated claim's effect is a relative gap). So a run still moving by a quarter
+                    of what the interval can resolve is not certified; the tolerance shrinks as the effect sharpens
     directional claims ("A is smaller than B", "+RI adds 2-5 points"):
       reproduced      the interval excludes 0 on the paper's side and, where the paper states a size, the mean
                       effect reaches the claim's target = SIZE_FRACTION (one half) of the lower end of the stated
@@ -26,7 +37,13 @@ few values seen). The rule, in the order it is checked:
       direction only  the interval excludes 0 on the paper's side, the size target is not reached
       opposite        the interval excludes 0 on the other side
       inconclusive    the interval covers 0 (ties included: identical per-seed results give effects of 0)
-    null claims ("changes little", "is not flatter than"), with an equivalence margin stated once in the claim:
+    null claims ("changes little", "is not flatter than"), with an equivalence margin: the paper's number where its
+    words give one ("paper"); otherwise ours, NOISE_MULTIPLE (two) seed standard deviations (ddof = 1) of the
+    baseline arm, in the effect's units (the arm the effect is measured against: the subtracted arm of a
+    difference; for a relative gap, the reference arm over its mean), or of the effect itself where it is one
+    arm's statistic (``Claim.noise`` "effect": FedCM's dispersion slope). The row says which ("margin_from") and
+    stores the baseline's seeds ("baseline"). A difference smaller than two seeds' spread is what a second seed
+    could make; with one seed there is no margin and the row is inconclusive:
       reproduced      the interval lies inside the margin (|effect| <= margin, or effect <= margin one-sided)
       opposite        the interval lies wholly outside it (beyond +margin, or beyond -margin for two-sided)
       inconclusive    otherwise
@@ -44,6 +61,17 @@ same per-seed effects (up to sign) and the same test are one effect (the same ru
 or claims): they name each other and count once in their paper's family (in each paper's, where two papers claim
 it). One claim's rows in one script are its grid points and stay apart. Exact checks, "not measured", "not
 converged", "diverged" and "collapsed to chance" rows are no tests and are outside the family.
+
+Controls (claims whose ``where`` starts with "Control"): the toolkit's comparisons that isolate a component the
+paper credits (FedLESAM-S against SCAFFOLD, FedLESAM-D and FedSMOO against FedDyn, FedAvg +RI against FedAvg at
+equal rounds), judged by the same rule and in their paper's family.
+
+Audit: each row of a trained comparison names its runs (``runs``) with each run's flag (``flags``) and the gate's
+measure and tolerance (``gate``); its script commits curves.json beside data.json, the compact curves of those
+runs (test accuracy and training loss per evaluated round, 5 significant digits; ``runs.curve``), and the gate
+reads those rounded curves, so ``audit`` re-derives every flag and verdict from the committed files alone. A row
+written before curves were committed (the mnist tier's outputs until it is regenerated) is re-derived from its
+per-seed effects and the run counts its note states; verdicts.md lists those rows per script as lacking curves.
 
 Relative size (``relative``), beside the points for test-accuracy effects: the relative reduction of test error,
 mean_s(acc_a - acc_b) / mean_s(1 - acc_b), b the comparison's subtracted arm. It transfers between tasks where
@@ -63,6 +91,9 @@ MIN_SEEDS = 5
 SIZE_FRACTION = 0.5
 ALPHA = 0.05          # 1 - the intervals' level; the family-wise error rate of the adjusted verdicts
 CHANCE_MARGIN = 0.1   # a run is at chance below chance + CHANCE_MARGIN * (1 - chance) final test accuracy
+GATE_FRACTION = 0.25  # the convergence gate's plateau tolerance: this fraction of the interval's half-width
+GATE_WINDOW = 0.1     # ... over the last 10% of the evaluated rounds against the 10% before
+NOISE_MULTIPLE = 2.0  # a margin of ours: this many seed standard deviations of the baseline arm
 REPRODUCED, DIRECTION, OPPOSITE, INCONCLUSIVE = "reproduced", "direction only", "opposite", "inconclusive"
 NOT_CONVERGED, DIVERGED, VIOLATED, NOT_MEASURED = "not converged", "diverged", "violated", "not measured"
 COLLAPSED = "collapsed to chance"
@@ -91,29 +122,100 @@ def at_chance(acc, n_classes: int = 10) -> bool:
     return acc is not None and bool(np.isfinite(acc)) and acc < c + CHANCE_MARGIN * (1 - c)
 
 
-def _flags(runs, n_classes: int = 10) -> tuple[int, int, int, int]:
-    """(runs, diverged, not converged, collapsed) from ``common.train_seeds`` run dicts (their ``diverged`` reason
-    or None, their ``converged`` flag by ``common.converged``, their final ``test_acc`` where they carry one)."""
-    runs = list(runs or [])
-    return (len(runs), sum(bool(r["diverged"]) for r in runs), sum(not r["converged"] for r in runs),
-            sum(not r["diverged"] and at_chance(r.get("test_acc"), n_classes) for r in runs))
+def plateau(curve, tol: float, relative: bool = False, frac: float = GATE_WINDOW) -> bool:
+    """The plateau test of the convergence gate: the mean of ``curve`` over its last ``frac`` (10%) of evaluations
+    differs from the mean over the 10% before it by less than ``tol`` plus twice the standard error of that
+    difference (from the spread about a straight line fitted to those 2 windows, so a trend is not counted as
+    noise); ``relative``: both divided by the last window's mean (the training loss). At least 10 finite values."""
+    a = np.asarray([np.nan if v is None else v for v in curve], dtype=float)
+    if a.size < 10 or not np.all(np.isfinite(a)):
+        return False
+    w = max(1, int(round(frac * a.size)))
+    tail = a[-2 * w:]
+    se = 0.0
+    if tail.size > 2:                                  # residual spread about the windows' linear trend
+        t = np.arange(tail.size)
+        resid = tail - np.polyval(np.polyfit(t, tail, 1), t)
+        se = float(np.sqrt(resid @ resid / (tail.size - 2) * 2 / w))
+    drift = abs(tail[w:].mean() - tail[:w].mean())
+    if relative:
+        level = abs(tail[w:].mean())
+        if level == 0:
+            return drift == 0
+        drift, se = drift / level, se / level
+    return bool(drift < tol + 2 * se)
 
 
-def decide(claim, effects, runs=(), n_classes: int = 10) -> dict:
+def run_id(run) -> str | None:
+    """A run's name in its script's curves.json (``runs.result``'s ``id``: its cache entry's name), or None."""
+    return run.get("id")
+
+
+def flag(run, claim, tol: float, n_classes: int = 10) -> str:
+    """One run of a comparison, by the rule above: "diverged" (its ``diverged`` reason), "collapsed" (its final test
+    accuracy at chance), "not converged" (the gate: its ``curve`` of ``claim.measure`` is no plateau within ``tol``;
+    a run without a curve: its ``converged`` flag), else "ok"."""
+    if run["diverged"]:
+        return "diverged"
+    curve = run.get("curve")
+    if at_chance(curve["test_acc"][-1] if curve else run.get("test_acc"), n_classes):
+        return "collapsed"
+    if curve is None:
+        ok = run["converged"]
+    else:
+        m = claim.measure
+        ok = m is None or plateau(curve[m], tol, relative=m == "train_loss")
+    return "ok" if ok else "not converged"
+
+
+def noise_margin(values) -> float | None:
+    """A margin of ours: NOISE_MULTIPLE seed standard deviations (ddof = 1) of ``values``; None under 2 seeds."""
+    v = np.asarray(list(values), dtype=float)
+    return NOISE_MULTIPLE * float(v.std(ddof=1)) if v.size > 1 and np.isfinite(v).all() else None
+
+
+def decide(claim, effects, runs=(), n_classes: int = 10, base=None) -> dict:
     """The verdict row of ``claim`` (a claims.Claim) for per-seed ``effects`` (signed as the claim states) and the
-    comparison's run dicts ``runs`` (``common.train_seeds`` results: their ``converged`` / ``diverged`` flags and
-    final ``test_acc``, on a task of ``n_classes``; no runs for an effect that is not trained, e.g. a toy). Returns
-    a plain dict: claim, effect (per seed), n_seeds, mean, interval, size_target, margin, verdict, note."""
+    comparison's run dicts ``runs`` (``common.train_seeds`` results: their ``diverged`` reason, their ``curve`` and
+    ``id``, or for runs without a curve their ``converged`` flag and final ``test_acc``; on a task of ``n_classes``;
+    no runs for an effect that is not trained, e.g. a toy). ``base``: the baseline arm's per-seed values in the
+    effect's units, whose noise sets a margin of ours. Returns a plain dict: claim, effect (per seed), n_seeds, mean,
+    interval, size_target, margin (and margin_from, baseline for a null claim), verdict, note; with runs that carry
+    ids, also runs (their ids), flags (each one's, by ``flag``) and gate (the measure and tolerance it used)."""
     x = np.asarray(list(effects), dtype=float)
-    n_runs, n_div, n_nc, n_col = _flags(runs, n_classes)
+    runs = list(runs or [])
     finite = np.isfinite(x)
     row = {"claim": claim.id, "effect": [float(v) if np.isfinite(v) else None for v in x], "n_seeds": int(x.size),
            "mean": None, "interval": None, "size_target": claim.target, "margin": claim.margin}
+    margin = claim.margin
+    if claim.margin_from == "ours":
+        noise = x if claim.noise == "effect" else None if base is None else np.asarray(list(base), dtype=float)
+        margin = None if noise is None else noise_margin(noise)
+        row.update(margin=margin, margin_from=f"ours: {NOISE_MULTIPLE:g} seed sd of the "
+                   + ("effect" if claim.noise == "effect" else "baseline arm"))
+        if claim.noise != "effect" and noise is not None:
+            row["baseline"] = [float(v) for v in noise]
+    elif claim.margin_from == "paper":
+        row["margin_from"] = "paper"
     if x.size == 0:
         return {**row, "verdict": NOT_MEASURED, "note": "no effect measured"}
+    fx = x[finite]
+    half = (lambda i: (i[2] - i[1]) / 2)(interval(fx)) if fx.size else math.inf
+    tol = GATE_FRACTION * half
+    flags = [flag(r, claim, tol, n_classes) for r in runs]
+    ids = [run_id(r) for r in runs]
+    if runs and all(ids):
+        row.update(runs=ids, flags=flags, gate={"measure": claim.measure, "tol": tol})
+    n_runs, c, legacy = len(runs), Counter(flags), "runs" not in row
+    n_div, n_col, n_nc = c["diverged"], c["collapsed"], c["not converged"]
+    if legacy:                                         # a run without a curve: a diverged one is also unconverged
+        n_nc += sum(f == "diverged" and not r.get("converged", False) for f, r in zip(flags, runs))
     if n_div or not finite.all():
         k = max(n_div, int((~finite).sum()))
-        nc = f"; {n_nc} not converged" if n_nc > k else ""      # a diverged run is also unconverged
+        if claim.predicts_divergence:
+            return {**row, "verdict": REPRODUCED,
+                    "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite), as the paper predicts"}
+        nc = f"; {n_nc} not converged" if (n_nc > k if legacy else n_nc) else ""
         return {**row, "verdict": DIVERGED, "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite){nc}"}
     m, lo, hi = interval(x)
     row.update(mean=m, interval=[lo, hi])
@@ -122,9 +224,12 @@ def decide(claim, effects, runs=(), n_classes: int = 10) -> dict:
         return {**row, "verdict": COLLAPSED,
                 "note": f"{n_col} of {n_runs} runs collapsed to chance (final test accuracy below {bar:.0%})"}
     if n_nc and claim.at_convergence:
-        return {**row, "verdict": NOT_CONVERGED, "note": f"{n_nc} of {n_runs} runs not converged"}
-    if claim.margin is not None:
-        v = _null(lo, hi, claim.margin, claim.kind)
+        what = "" if legacy else f" ({claim.measure.replace('_', ' ')} drifts more than {tol:.3g})"
+        return {**row, "verdict": NOT_CONVERGED, "note": f"{n_nc} of {n_runs} runs not converged{what}"}
+    if claim.null and margin is None:
+        v = INCONCLUSIVE
+    elif claim.null:
+        v = _null(lo, hi, margin, claim.kind)
     elif lo > 0:
         v = REPRODUCED if claim.target is None or m >= claim.target else DIRECTION
     elif hi < 0:
@@ -161,11 +266,14 @@ def seeds_note(n: int) -> str:
 
 
 def fmt(row: dict, scale: float = 1.0, unit: str = "") -> str:
-    """'mean [lo, hi] unit (n seeds)' of a row's effect, times ``scale``."""
+    """'mean [lo, hi] unit (n seeds)' of a row's effect, times ``scale``; a null claim's row adds its margin and
+    where it comes from ("margin 0.31 points, ours" / "paper")."""
     if row["mean"] is None:
         return row["note"]
     lo, hi = row["interval"]
-    return f"{scale * row['mean']:+.3g} [{scale * lo:+.3g}, {scale * hi:+.3g}]{unit} ({row['n_seeds']} seeds)"
+    m = row.get("margin_from") and (f"; margin {scale * row['margin']:.3g}{unit}, {row['margin_from'].split(':')[0]}"
+                                   if row["margin"] is not None else "; no margin (one seed)")
+    return f"{scale * row['mean']:+.3g} [{scale * lo:+.3g}, {scale * hi:+.3g}]{unit} ({row['n_seeds']} seeds{m or ''})"
 
 
 def summary(rows) -> str:
@@ -183,20 +291,22 @@ def colour(rows) -> str:
 
 
 # ---- the family-wise statement, the relative size, one row per effect (module docstring) ---------------------
-def p_value(claim, effects) -> float:
+def p_value(claim, effects, margin=None) -> float:
     """The smallest alpha at which the (1 - alpha) Student's t interval of ``effects`` decides ``claim`` by the
     rule above (1 where none does, and for fewer than two or non-finite effects): directional, the interval
     excludes 0; equivalent, it lies inside +-margin or wholly outside; at_most, its upper end is at most the margin
-    or its lower end above it."""
+    or its lower end above it. ``margin``: the row's (a margin of ours), else the claim's."""
     from scipy import stats
     x = np.asarray(list(effects), dtype=float)
     if x.size < 2 or not np.isfinite(x).all():
         return 1.0
     m, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(x.size)
+    c = claim.margin if margin is None else margin
+    if claim.null and c is None:                       # a margin of ours from under 2 seeds: nothing decides
+        return 1.0
     if se == 0:                                        # a zero-width interval at the mean
-        decisive = m != 0 if claim.margin is None else _null(m, m, claim.margin, claim.kind) != INCONCLUSIVE
+        decisive = m != 0 if c is None else _null(m, m, c, claim.kind) != INCONCLUSIVE
         return 0.0 if decisive else 1.0
-    c = claim.margin
     gaps = ([abs(m)] if c is None else [c - m, m - c] if claim.kind == "at_most"
             else [min(m + c, c - m), max(m - c, -c - m)])    # how far the interval's centre is past each boundary
     return min(float(min(1.0, 2 * stats.t.sf(g / se, x.size - 1))) for g in gaps)
@@ -222,16 +332,24 @@ def is_accuracy(claim) -> bool:
     return "test accuracy" in claim.effect
 
 
+def rel_base(values) -> np.ndarray:
+    """A reference arm's per-seed values in the units of a relative gap against it: each over their mean."""
+    v = np.asarray(list(values), dtype=float)
+    return v / v.mean()
+
+
 def relative(effects, base) -> float:
     """Relative reduction of test error of arm a against arm b: mean(acc_a - acc_b) / mean(1 - acc_b), where
     ``effects`` = acc_a - acc_b per seed and ``base`` = acc_b per seed."""
     return float(np.mean(effects) / np.mean(1 - np.asarray(base, dtype=float)))
 
 
-def same_test(a, b, sign: int) -> bool:
+def same_test(a, b, sign: int, margins=None) -> bool:
     """Claims ``a`` and ``b`` test the same hypothesis on effects equal up to ``sign``: both directional (the test
-    of 0 does not depend on the sign), or the same null claim and margin on the same effect."""
-    return (a.margin is None and b.margin is None) or (a.kind == b.kind and a.margin == b.margin and sign == 1)
+    of 0 does not depend on the sign), or the same null claim and margin on the same effect (``margins``: the two
+    rows' margins, else the claims')."""
+    ma, mb = margins or (a.margin, b.margin)
+    return (not a.null and not b.null) or (a.kind == b.kind and ma == mb and sign == 1)
 
 
 # ---- the committed results, re-derived: python -m paper_figures.verdict writes out/verdicts.md -----------------
@@ -264,6 +382,33 @@ def _vectors(x, n: int):
                 yield from _vectors(v, n)
 
 
+def _numbers(x, n: int):
+    """Every list of ``n`` finite numbers inside ``x``, and every column of a list of ``n`` dicts (per-seed records)."""
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _numbers(v, n)
+    elif isinstance(x, list):
+        if len(x) == n and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               for v in x):
+            yield np.asarray(x, dtype=float)
+        elif len(x) == n and all(isinstance(v, dict) for v in x):
+            for k in x[0]:
+                col = [v.get(k) for v in x]
+                if all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in col):
+                    yield np.asarray(col, dtype=float)
+        for v in x:
+            yield from _numbers(v, n)
+
+
+def reference(data: dict, effects) -> np.ndarray | None:
+    """The reference arm b per seed of a relative gap (b - a) / b = ``effects``, from the stored vectors of ``data``
+    (its table aside); None where no pair, or no single b, gives it."""
+    e = np.asarray(effects, dtype=float)
+    vs = [v for v in _numbers({k: v for k, v in data.items() if k != "table"}, e.size) if np.all(v != 0)]
+    hits = {tuple(b): b for a in vs for b in vs if np.allclose((b - a) / b, e, rtol=1e-9, atol=1e-12)}
+    return next(iter(hits.values())) if len(hits) == 1 else None
+
+
 def arms(data: dict, effects) -> tuple | None:
     """(acc_a, acc_b) per seed: the stored vectors of ``data`` (a data.json, its table aside) whose difference is
     ``effects``; None where no pair, or no single b, gives it."""
@@ -281,27 +426,63 @@ EXACT = {
 }
 
 
+def _close(a, b) -> bool:
+    return a is None and b is None or a is not None and b is not None and (
+        a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15))
+
+
 def _same(stored: dict, fresh: dict) -> bool:
+    """The stored row says what ``fresh`` (recomputed) says: verdict, note, mean, interval and, where the row names
+    its runs, the runs, their flags, the gate's tolerance and the margin."""
     if stored["verdict"] != fresh["verdict"] or stored["note"] != fresh["note"]:
         return False
     nums = lambda r: [r["mean"], *(r["interval"] or [])]                            # noqa: E731
     a, b = nums(stored), nums(fresh)
-    return len(a) == len(b) and all(x is None and y is None or x is not None and y is not None and (
-        x == y or math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-15)) for x, y in zip(a, b))
+    if len(a) != len(b) or not all(_close(x, y) for x, y in zip(a, b)):
+        return False
+    if "runs" in stored or "runs" in fresh:
+        keys = ("runs", "flags", "margin_from", "baseline")
+        if any(stored.get(k) != fresh.get(k) for k in keys) or stored.get("gate", {}).get("measure") != \
+                fresh.get("gate", {}).get("measure"):
+            return False
+        return _close(stored["gate"]["tol"], fresh["gate"]["tol"]) and _close(stored["margin"], fresh["margin"])
+    return True
 
 
-def audit(path: Path, tier: str, script: str) -> list[dict]:
-    """The rows of one committed data.json, each stored verdict re-derived from its stored per-seed effects by
-    ``decide`` (a row that does not recompute is a UserError naming it), then under the current rule (collapse to
-    chance where the arms' accuracies are stored) with its p-value and relative size."""
+CURVES = "curves.json"
+
+
+def curve_runs(curves: dict, ids, where: str) -> list[dict]:
+    """The run dicts ``decide`` reads, rebuilt from a script's curves.json for the run ``ids`` a row names."""
+    from fedlab_analysis.errors import UserError
+    missing = [i for i in ids if i not in curves]
+    if missing:
+        raise UserError(f"{where} names runs that {CURVES} does not hold: {', '.join(missing[:3])}")
+    return [{"id": i, "diverged": curves[i]["diverged"], "curve": curves[i]} for i in ids]
+
+
+def audit(path: Path, tier: str, script: str, data: dict | None = None) -> list[dict]:
+    """The rows of one committed data.json, each stored verdict re-derived from what is committed beside it by
+    ``decide`` (a row that does not recompute is a UserError naming it), then under the current rule with its
+    p-value and relative size. A row that names its runs is re-derived from its script's curves.json: each run's
+    flag from its curves (the gate, collapse, divergence) and the margin from the baseline seeds it stores
+    (``curves``: "checked"). A row written before curves were committed is re-derived from its per-seed effects and
+    the run counts its note states, with the margin it stores (``curves``: "absent"), and its current-rule verdict
+    takes a margin of ours from the baseline arm's accuracies where the data.json stores them (else "not
+    measured"). ``data``: the rows of ``path`` as read elsewhere (the controls of ``settings.control_data``)."""
+    from dataclasses import replace
+
     from fedlab_analysis.errors import UserError
     from paper_figures.claims import CLAIMS
-    data = json.loads(path.read_text())
+    from paper_figures.tier import TOY
+    data = json.loads(path.read_text()) if data is None else data
+    curves = None
     out = []
     for i, t in enumerate(data["table"]):
         c = CLAIMS[t["claim"]]
         e = {"tier": tier, "script": script, "index": i, "row": t["row"], "claim": c.id, "paper": c.paper,
-             "stored": t["verdict"], "raw": t["verdict"], "p": None, "relative": None, "same_as": []}
+             "stored": t["verdict"], "raw": t["verdict"], "p": None, "relative": None, "same_as": [],
+             "margin": t.get("margin"), "curves": None}
         out.append(e)
         where = f"{path}: row {i} ({t['row']})"
         if t["note"] == "exact check":
@@ -309,24 +490,54 @@ def audit(path: Path, tier: str, script: str) -> list[dict]:
                 raise UserError(f"{where} is an exact check that verdict.EXACT does not restate")
             if (REPRODUCED if EXACT[script](data, t) else VIOLATED) != t["verdict"]:
                 raise UserError(f"{where} is stored {t['verdict']}; its check, restated, says otherwise")
+            e["curves"] = "exact check, restated"
             continue
         if t["effect"] is None:
             if t["verdict"] != NOT_MEASURED:
                 raise UserError(f"{where} is stored {t['verdict']} without an effect")
             continue
         x = [np.nan if v is None else v for v in t["effect"]]
-        runs = _runs_of(t["note"], len(x))
-        if not _same(t, decide(c, x, runs)):
-            raise UserError(f"{where} does not recompute from its per-seed effects: stored {t['verdict']} "
-                            f"{t['mean']} {t['interval']}, recomputed {decide(c, x, runs)['verdict']}")
         ab = arms(data, x) if is_accuracy(c) and np.isfinite(x).all() else None
+        if "runs" in t:
+            if curves is None:
+                f = path.parent / CURVES
+                if not f.is_file():
+                    raise UserError(f"{where} names its runs, but {f} is missing")
+                curves = json.loads(f.read_text())["runs"]
+            runs = curve_runs(curves, t["runs"], where)
+            fresh = decide(c, x, runs, base=t.get("baseline"))
+            e["curves"] = "checked"
+        else:
+            runs = _runs_of(t["note"], len(x))
+            stored_rule = replace(c, margin=t["margin"], predicts_divergence=False) if c.null else \
+                replace(c, predicts_divergence=False)
+            fresh = decide(stored_rule, x, runs)
+            e["curves"] = "no runs (not trained)" if script in TOY else \
+                "arms from committed accuracies" if script == "controls" else "absent (written before curves.json)"
+        if not _same(t, fresh):
+            raise UserError(f"{where} does not recompute from the committed files: stored {t['verdict']} "
+                            f"{t['mean']} {t['interval']}, recomputed {fresh['verdict']} {fresh['mean']} "
+                            f"{fresh['interval']}")
         if ab is not None:
             e["relative"] = relative(x, ab[1])
-            if len(runs) == 2 * len(x):
+            if len(runs) == 2 * len(x) and "runs" not in t:
                 runs = [{**r, "test_acc": acc} for r, acc in zip(runs, [*ab[0], *ab[1]])]   # the stored accuracies
-        e["raw"] = decide(c, x, runs)["verdict"]
-        if e["raw"] in (*DECISIVE, INCONCLUSIVE):
-            e["p"], e["effect"] = p_value(c, x), np.asarray(x)
+        if "runs" in t:
+            now = fresh
+        else:
+            base = None if c.margin_from != "ours" or c.noise == "effect" else ab[1] if ab is not None else \
+                None if is_accuracy(c) or not np.isfinite(x).all() else \
+                reference({"data": data, "row": {k: v for k, v in t.items() if k != "effect"}}, x)
+            if c.margin_from == "ours" and c.noise != "effect" and base is None:
+                now = {"verdict": NOT_MEASURED, "margin": None}
+                e["why"] = "a margin of ours needs the baseline arm's seeds, which this data.json does not store"
+            else:
+                now = decide(c, x, runs, base=None if base is None or ab is not None else rel_base(base)) \
+                    if ab is None else decide(c, x, runs, base=base)
+        e["raw"], e["margin"] = now["verdict"], now["margin"]
+        predicted = now.get("note", "").endswith("as the paper predicts")        # a divergence: no test
+        if e["raw"] in (*DECISIVE, INCONCLUSIVE) and np.isfinite(x).all() and not predicted:
+            e["p"], e["effect"] = p_value(c, x, e["margin"]), np.asarray(x)
             if (e["raw"] in DECISIVE) != (e["p"] < ALPHA):                  # a defect of p_value, not of the file
                 raise RuntimeError(f"{where}: p = {e['p']:.3g} disagrees with its verdict {e['raw']}")
     return out
@@ -342,13 +553,14 @@ def _duplicate(a: dict, b: dict) -> bool:
     if a["effect"].shape != b["effect"].shape or (a["script"], a["claim"]) == (b["script"], b["claim"]):
         return False
     sign = next((s for s in (1, -1) if np.allclose(a["effect"], s * b["effect"], rtol=0, atol=1e-12)), 0)
-    return bool(sign) and same_test(CLAIMS[a["claim"]], CLAIMS[b["claim"]], sign)
+    return bool(sign) and same_test(CLAIMS[a["claim"]], CLAIMS[b["claim"]], sign, (a["margin"], b["margin"]))
 
 
 def family(root=None) -> dict:
     """{tier: rows} over the committed data.json files under ``root`` (paper_figures/out): the quick tier's
     ``<name>/``, the mnist tier's ``mnist/<name>/`` and, in every tier, the scripts that train no tier runs
-    (tier.TOY). Each row gains ``same_as`` (the rows with the same effect and test), ``p_holm`` (Holm within its
+    (tier.TOY), and in the mnist tier the controls that pair two scripts' committed arms (``settings.control_data``,
+    script "controls"). Each row gains ``same_as`` (the rows with the same effect and test), ``p_holm`` (Holm within its
     paper's family, one effect counted once: ``counted`` marks its first row) and ``adjusted``."""
     from paper_figures.tier import TOY
     root = Path(root) if root is not None else Path(__file__).parent / "out"
@@ -357,6 +569,9 @@ def family(root=None) -> dict:
     out = {}
     for tier, paths in tiers.items():
         rows = [r for p in paths if p.is_file() for r in audit(p, tier, p.parent.name)]
+        if tier == "mnist" and rows:
+            from paper_figures.settings import OUT as SETTINGS, control_data
+            rows += audit(SETTINGS / "controls.md", tier, "controls", control_data(root))
         tested = [r for r in rows if r["p"] is not None]
         groups = []                                 # one effect each: its rows, the first one heading it
         for i, a in enumerate(tested):
@@ -408,6 +623,8 @@ def render(fam: dict) -> str:
            "once in their paper's family.",
            "- *relative*: the relative reduction of test error, mean(acc_a - acc_b) / mean(1 - acc_b), beside the "
            "points, for test-accuracy effects whose arms' per-seed accuracies the data.json stores.",
+           f"- A null claim's *margin*: *paper* where its words give one, else *ours*: {NOISE_MULTIPLE:g} seed "
+           "standard deviations of the baseline arm (verdict.py).",
            f"- *{COLLAPSED}*: a finite run ended below chance + {CHANCE_MARGIN:g} of the way to 100% test accuracy; "
            "an outcome, outside the family like exact checks and rows not measured, not converged or diverged.", ""]
     out += ["## Family-wise counts", "",
@@ -421,9 +638,23 @@ def render(fam: dict) -> str:
                 changed = sum(r["raw"] != r["adjusted"] for r in judged)
                 out.append(f"| {tier} | {paper} | {len(judged)} | {distinct} | {_counts(r['raw'] for r in judged)} | "
                            f"{_counts(r['adjusted'] for r in judged)} | {changed} |")
+    out += ["", "## What each verdict is re-derived from", "",
+            f"Every row is recomputed from the committed files by `verdict.audit` (tests/test_verdict_family.py). "
+            f"*curves*: the row names its runs; each run's flag (the convergence gate, collapse, divergence) is "
+            f"recomputed from its script's `{CURVES}` and the verdict from those flags. *absent*: written before "
+            f"curves were committed; the verdict is recomputed from its per-seed effects and the run counts its note "
+            f"states. *arms*: a control paired from two scripts' committed accuracies. *not trained*: a toy's row.", "",
+            "| tier | script | rows re-derived | from curves | curves absent | other |", "|---|---|---|---|---|---|"]
+    for tier, rows in fam.items():
+        for s in sorted({r["script"] for r in rows}):
+            rs = [r for r in rows if r["script"] == s and r["curves"]]
+            n = lambda k: sum(r["curves"].startswith(k) for r in rs)          # noqa: E731
+            out.append(f"| {tier} | {s} | {len(rs)} | {n('checked')} | {n('absent')} | "
+                       f"{len(rs) - n('checked') - n('absent')} |")
     out += ["", "## Stored verdicts the current rule changes", ""]
     moved = [(t, r) for t, rows in fam.items() for r in rows if r["raw"] != r["stored"]]
-    out += [f"- {t}, {_label(r)}: stored *{r['stored']}*, now *{r['raw']}*" for t, r in moved] or ["None."]
+    out += [f"- {t}, {_label(r)}: stored *{r['stored']}*, now *{r['raw']}*" + (f" ({r['why']})" if r.get("why")
+                                                                            else "") for t, r in moved] or ["None."]
     cell = lambda x: str(x).replace("|", "\\|")                                      # noqa: E731
     for tier, rows in fam.items():
         for paper in PAPERS:
@@ -435,7 +666,10 @@ def render(fam: dict) -> str:
                     "|---|---|---|---|---|---|---|---|---|"]
             for r in judged:
                 m = float(np.mean(r["effect"]))
-                eff = f"{100 * m:+.3g} points" if is_accuracy(CLAIMS[r["claim"]]) else f"{m:+.3g}"
+                c = CLAIMS[r["claim"]]
+                k = 100 if is_accuracy(c) else 1
+                eff = f"{k * m:+.3g}" + (" points" if k == 100 else "") + (
+                    f" (margin {k * r['margin']:.3g}, {c.margin_from})" if c.null and r["margin"] is not None else "")
                 rel = "" if r["relative"] is None else f"{100 * r['relative']:+.3g}% of the error"
                 adj = r["adjusted"] if r["adjusted"] == r["raw"] else f"**{r['adjusted']}**"
                 out.append(f"| {r['script']} | {cell(r['row'])} | {eff} | {rel} | {r['raw']} | {r['p']:.3g} | "

@@ -135,8 +135,8 @@ def test_committed_verdicts_are_rederived_and_verdicts_md_is_current():
 
 
 def copy_results(tmp_path) -> Path:
-    for p in OUT.glob("**/data.json"):
-        if "runs" not in p.parts:
+    for p in [*OUT.glob("**/data.json"), *OUT.glob(f"**/{V.CURVES}")]:
+        if "runs" not in p.relative_to(OUT).parts:
             (tmp_path / p.relative_to(OUT)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(p, tmp_path / p.relative_to(OUT))
     return tmp_path
