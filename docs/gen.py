@@ -50,7 +50,8 @@ def returns(fn) -> str:
 def probe_block(name: str) -> str:
     from fedlab_analysis.probes import PROBES
     mod = PROBES[name]
-    return (f"**Cost.** {mod.COST[0].upper()}{mod.COST[1:]}\n\n"
+    cost = re.sub(r"^cost: ", "", mod.COST)
+    return (f"**Cost.** {cost[0].upper()}{cost[1:]}\n\n"
             f"**Output fields.** {returns(mod.compute)}\n\n"
             f"`python -m fedlab_analysis.probe {name} --help`:\n\n```text\n{probe_help(name)}\n```\n")
 
