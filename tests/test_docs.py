@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 README = ROOT / "README.md"
-mkdocs = pytest.importorskip("mkdocs", reason="the dev extra (pip install -e .[dev]) holds mkdocs")
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
