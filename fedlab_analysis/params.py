@@ -187,12 +187,11 @@ def functional(model: nn.Module, space: ParamSpace, buffers: dict[str, torch.Ten
     Returns:
       ``f(theta, x, buf=None)``; ``buf`` (flat, in ``bspace``) is read only with ``bspace`` and not ``states``.
 
-    Examples:
-        >>> lin = nn.Linear(2, 1, bias=False).double()
-        >>> space = ParamSpace.of_model(lin)
-        >>> theta, x = torch.tensor([2., 3.], dtype=torch.float64), torch.tensor([[1., 1.]], dtype=torch.float64)
-        >>> functional(lin, space)(theta, x)       # the weight [[2, 3]] times [1, 1]
-        tensor([[5.]], dtype=torch.float64)
+    >>> lin = nn.Linear(2, 1, bias=False).double()
+    >>> space = ParamSpace.of_model(lin)
+    >>> theta, x = torch.tensor([2., 3.], dtype=torch.float64), torch.tensor([[1., 1.]], dtype=torch.float64)
+    >>> functional(lin, space)(theta, x)       # the weight [[2, 3]] times [1, 1]
+    tensor([[5.]], dtype=torch.float64)
     """
     fixed = dict(model.named_buffers()) if buffers is None else dict(buffers)
     if bspace is not None:

@@ -362,10 +362,9 @@ def compute(bundle, opts: Options) -> dict:
     FedALS's consensus distance against the exact answer (two clients at (0, 0) and (2, 0): centre (1, 0), each
     at distance 1):
 
-    Examples:
-        >>> import torch
-        >>> fedals_cd(torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=torch.float64))["raw"]
-        1.0
+    >>> import torch
+    >>> fedals_cd(torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=torch.float64))["raw"]
+    1.0
     """
     r = from_checkpoint(bundle, opts.by, opts.weights, opts.chunk or None)
     r["summary"] = {form: v["raw"] for form, v in r["forms"].items()}       # numbers, for sweeps and reports

@@ -32,12 +32,11 @@ def compute(bundle, opts: Options) -> dict:
 
     The SLQ trace against the exact answer (a diagonal H: every Rademacher start vector gives v'Hv = tr H):
 
-    Examples:
-        >>> import torch
-        >>> from fedlab_analysis.probes.curvature import MatrixOperator, density
-        >>> H = torch.diag(torch.tensor([3.0, 1.0, -2.0, 0.5], dtype=torch.float64))
-        >>> r = density(MatrixOperator(H), n_steps=4, n_vectors=3)
-        >>> round(r["trace"], 9), r["trace_stderr"]
-        (2.5, 0.0)
+    >>> import torch
+    >>> from fedlab_analysis.probes.curvature import MatrixOperator, density
+    >>> H = torch.diag(torch.tensor([3.0, 1.0, -2.0, 0.5], dtype=torch.float64))
+    >>> r = density(MatrixOperator(H), n_steps=4, n_vectors=3)
+    >>> round(r["trace"], 9), r["trace_stderr"]
+    (2.5, 0.0)
     """
     return run("density", opts, bundle)

@@ -282,10 +282,9 @@ def compute(bundle, opts: Options) -> dict:
     FedLESAM's perturbation drift against the exact answer (one client along the global direction, one at a
     right angle to it: (0 + sqrt 2) / (2 * 2)):
 
-    Examples:
-        >>> import torch
-        >>> perturbation_drift(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1.0, 0.0]))
-        (0.3535533905932738, 2)
+    >>> import torch
+    >>> perturbation_drift(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1.0, 0.0]))
+    (0.3535533905932738, 2)
     """
     q = from_checkpoint(bundle, opts.batch_size)
     summary = {**flat_quality(q), "n_samples": len(bundle.y)}

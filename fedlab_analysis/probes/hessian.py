@@ -51,11 +51,10 @@ def compute(bundle, opts: Options) -> dict:
 
     The eigenvalue solver against the exact answer (a diagonal operator):
 
-    Examples:
-        >>> import torch
-        >>> from fedlab_analysis.probes.curvature import MatrixOperator, top_eigenvalues
-        >>> H = torch.diag(torch.tensor([5.0, -2.0, 1.0, 0.5], dtype=torch.float64))
-        >>> [round(v, 8) for v in top_eigenvalues(MatrixOperator(H), k=2, tol=1e-10)["eigenvalues"]]
-        [5.0, 1.0]
+    >>> import torch
+    >>> from fedlab_analysis.probes.curvature import MatrixOperator, top_eigenvalues
+    >>> H = torch.diag(torch.tensor([5.0, -2.0, 1.0, 0.5], dtype=torch.float64))
+    >>> [round(v, 8) for v in top_eigenvalues(MatrixOperator(H), k=2, tol=1e-10)["eigenvalues"]]
+    [5.0, 1.0]
     """
     return run("hessian", opts, bundle)

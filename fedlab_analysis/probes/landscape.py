@@ -787,14 +787,13 @@ def compute(bundle, opts: Options) -> dict:
 
     The evaluation against the exact answer (a quadratic loss on a plane: F(w + a d1 + b d2) = (a^2 + b^2) / 2):
 
-    Examples:
-        >>> import torch
-        >>> w = torch.zeros(2, dtype=torch.float64)
-        >>> X, y = torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
-        >>> r = surface(lambda th, x: x @ th, w, torch.tensor([1.0, 0.0], dtype=torch.float64),
-        ...             torch.tensor([0.0, 1.0], dtype=torch.float64), (X, y), grid=3, loss="mse")
-        >>> [round(v, 9) for v in r["loss"][0]]           # a = -1, b = -1, 0, 1: (1 + b^2) / 2
-        [1.0, 0.5, 1.0]
+    >>> import torch
+    >>> w = torch.zeros(2, dtype=torch.float64)
+    >>> X, y = torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    >>> r = surface(lambda th, x: x @ th, w, torch.tensor([1.0, 0.0], dtype=torch.float64),
+    ...             torch.tensor([0.0, 1.0], dtype=torch.float64), (X, y), grid=3, loss="mse")
+    >>> [round(v, 9) for v in r["loss"][0]]           # a = -1, b = -1, 0, 1: (1 + b^2) / 2
+    [1.0, 0.5, 1.0]
     """
     args = opts
     _check(args)

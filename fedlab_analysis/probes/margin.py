@@ -227,9 +227,8 @@ def compute(b, opts: Options) -> dict:
     The bound's norm term V_L (FedSMOO Eq. 16) against the exact answer: two layers with ||W||_2 = 2, 1 and
     ||W||_F = 2, 3: (4 * 1) * (4/4 + 9/1):
 
-    Examples:
-        >>> V_L([2.0, 1.0], [2.0, 3.0])
-        40.0
+    >>> V_L([2.0, 1.0], [2.0, 3.0])
+    40.0
     """
     from .common import refuse
     if opts.margin is not None:

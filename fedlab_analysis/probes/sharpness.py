@@ -337,12 +337,11 @@ def compute(b, opts: Options) -> dict:
     Returns:
         ``{rho, rho_source, settings, global, summary}`` and ``adaptive``, ``jensen`` when asked.
 
-    Examples:
-        >>> import torch                  # F(w) = mean_j (x_j' w)^2 = ||w||^2 / 2 on X = I: exact sharpness known
-        >>> w, X = torch.tensor([3.0, 4.0], dtype=torch.float64), torch.eye(2, dtype=torch.float64)
-        >>> r = global_sharpness(lambda th, x: x @ th, w, X, torch.zeros(2, dtype=torch.float64), 0.5, loss="mse")
-        >>> round(r["sharpness"], 9)      # (||w|| + rho)^2 / 2 - ||w||^2 / 2 = 0.5 * 5 + 0.5^2 / 2
-        2.625
+    >>> import torch                  # F(w) = mean_j (x_j' w)^2 = ||w||^2 / 2 on X = I: exact sharpness known
+    >>> w, X = torch.tensor([3.0, 4.0], dtype=torch.float64), torch.eye(2, dtype=torch.float64)
+    >>> r = global_sharpness(lambda th, x: x @ th, w, X, torch.zeros(2, dtype=torch.float64), 0.5, loss="mse")
+    >>> round(r["sharpness"], 9)      # (||w|| + rho)^2 / 2 - ||w||^2 / 2 = 0.5 * 5 + 0.5^2 / 2
+    2.625
     """
     from .common import refuse, require_clients
     args = opts

@@ -37,12 +37,11 @@ def compute(bundle, opts: Options) -> dict:
 
     The estimator against the exact answer (Hutch++ with as many products as dimensions is exact):
 
-    Examples:
-        >>> import torch
-        >>> from fedlab_analysis.probes.curvature import MatrixOperator, trace
-        >>> A = torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-        >>> H = A @ A.T
-        >>> abs(trace(MatrixOperator(H), 6, method="hutch++")["trace"] - float(H.trace())) < 1e-9
-        True
+    >>> import torch
+    >>> from fedlab_analysis.probes.curvature import MatrixOperator, trace
+    >>> A = torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> H = A @ A.T
+    >>> abs(trace(MatrixOperator(H), 6, method="hutch++")["trace"] - float(H.trace())) < 1e-9
+    True
     """
     return run("trace", opts, bundle)
