@@ -3,7 +3,7 @@
 # torchvision). That is a CPU wheel where the registry serves one (the CPU index, macOS); elsewhere it is whatever the
 # index serves: PyPI's Linux x86_64 torch wheel is a CUDA build. For a chosen CUDA build, e.g.
 #   make TORCH="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130"
-# (the GPU path was tested with 2.11.0+cu130; README, "On a GPU machine"). A torch already in the venv is kept.
+# (the GPU path was tested with 2.11.0+cu130; docs/gpu.md). A torch already in the venv is kept.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -11,7 +11,7 @@ PYTHON  := $(BIN)/python
 TORCH   ?= torch==2.13.0
 export MPLBACKEND := Agg
 
-.PHONY: demo test test-all test-notebooks venv install install-dev extras-hessian extras-landscape extras-curvlinops theory \
+.PHONY: demo test docs test-all test-notebooks venv install install-dev extras-hessian extras-landscape extras-curvlinops theory \
 	figures notebooks bench clean data
 
 $(BIN)/activate:
@@ -58,6 +58,11 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
+# the handbook (docs/, mkdocs.yml) as a site in site/: its generated parts refreshed from the code, then a strict build
+docs: $(VENV)/.installed-dev
+	$(PYTHON) -m docs.gen
+	$(PYTHON) -m mkdocs build --strict -d site
+
 test-all: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m ""
 
@@ -90,4 +95,4 @@ theory: $(VENV)/.installed
 	$(PYTHON) -m fedlab_analysis.theory all --out paper_figures/out/theory
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out .pytest_cache site

@@ -1,4 +1,5 @@
-"""The README's table of default hyper-parameters states exactly what RunConfig fills in for each algorithm."""
+"""The handbook's table of default hyper-parameters (docs/training.md) states exactly what RunConfig fills in for
+each algorithm."""
 import re
 from pathlib import Path
 
@@ -7,11 +8,11 @@ import pytest
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.trainers import ALGORITHMS
 
-README = Path(__file__).parents[1] / "README.md"
+PAGE = Path(__file__).parents[1] / "docs" / "training.md"
 
 
 def table_rows():
-    text = README.read_text().split("## Default hyper-parameters", 1)[1].split("\n## ", 1)[0]
+    text = PAGE.read_text().split("## Default hyper-parameters", 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

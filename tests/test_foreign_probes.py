@@ -154,18 +154,18 @@ def test_a_toolkit_checkpoint_refuses_the_foreign_flags(tmp_path, capsys, tiny_c
     assert code == 2 and "--model cannot act with a fedlab_analysis checkpoint" in err, err
 
 
-def _readme_part():
+def _handbook_part():
     from pathlib import Path
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    return text[text.index("### Probe any model"):text.index("What every probe prints and writes")]
+    text = (Path(__file__).resolve().parents[1] / "docs" / "probes.md").read_text()
+    return text[text.index("## Probe any model"):text.index("What every probe prints and writes")]
 
 
-def test_the_readme_examples_run_as_written(tmp_path, monkeypatch, capsys):
-    """The README's state_dict lines on the embedded digits (files made as a user makes them), at small sizes, and
-    its notebook cell on a model defined in the cell."""
+def test_the_handbook_examples_run_as_written(tmp_path, monkeypatch, capsys):
+    """The handbook's state_dict lines (docs/probes.md) on the embedded digits (files made as a user makes them), at
+    small sizes, and its notebook cell on a model defined in the cell."""
     import re
     import shlex
-    part = _readme_part()
+    part = _handbook_part()
     monkeypatch.chdir(tmp_path)
     ds = load_dataset("digits")
     torch.save(build_model("mlp", ds.input_shape, ds.n_classes, widths=[64]).state_dict(), "model.pt")

@@ -327,15 +327,15 @@ def test_full_tier_plans_without_data_and_trains_on_cifar_files(tmp_path, monkey
     assert "6 of 6 runs done" in capsys.readouterr().out          # FedSMOO in both forms
 
 
-def test_readme_shows_the_current_full_tier_plan(capsys, tmp_path):
-    """The README's `--tier full --plan` block is what the command prints now (it changes with the scripts' run
-    lists and the measured per-round cost)."""
+def test_handbook_shows_the_current_full_tier_plan(capsys, tmp_path):
+    """The handbook's `--tier full --plan` block (docs/reproductions.md) is what the command prints now (it changes
+    with the scripts' run lists and the measured per-round cost)."""
     import re
 
     from paper_figures import tier as T
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    m = re.search(r"\$ python -m paper_figures.tier --tier full --plan\n(.*?)\n```", readme, re.S)
-    assert m, "README: no `--tier full --plan` block"
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reproductions.md").read_text()
+    m = re.search(r"\$ python -m paper_figures.tier --tier full --plan\n(.*?)\n```", page, re.S)
+    assert m, "docs/reproductions.md: no `--tier full --plan` block"
     assert T.main(["--tier", "full", "--plan", "--out", str(tmp_path)]) == 0        # an empty cache
     assert capsys.readouterr().out.strip() == m.group(1).strip()
 

@@ -1,4 +1,5 @@
-"""Every probe example of the README runs as written after `make demo`: each command of the README's probe section is
+"""Every probe example of the handbook runs as written after `make demo`: each command of docs/probes.md's
+"Probe a checkpoint" section is
 executed on checkpoints trained with the demo's own configuration (one round instead of 30) and, through flags
 appended to it (the last occurrence of a flag wins), at small sizes."""
 import re
@@ -11,7 +12,7 @@ from fedlab_analysis import probe
 from fedlab_analysis.probes import PROBES
 from fedlab_analysis.demo import DEMO
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "probes.md"
 SMALL = {"hessian": ["--max-iter", "20"], "trace": ["--products", "12"],
          "density": ["--steps", "8", "--vectors", "2"], "landscape": ["--grid", "3"], "consensus": [],
          "sharpness": ["--steps", "2"], "drift": [], "stability": ["--rounds", "1", "--pairs", "2", "--pool", "50"],
@@ -20,7 +21,7 @@ NO_SAMPLES = ("consensus", "stability")          # they read no data / the full 
 
 
 def examples() -> list[list[str]]:
-    text = README.read_text()
+    text = PAGE.read_text()
     section = text[text.index("## Probe a checkpoint"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     return [shlex.split(line, comments=True)[3:] for line in block.splitlines()
@@ -38,13 +39,13 @@ def demo_dir(tmp_path_factory):
     return root
 
 
-def test_the_readme_has_an_example_of_every_probe():
+def test_the_handbook_has_an_example_of_every_probe():
     assert {argv[0] for argv in examples()} == set(PROBES)
 
 
 @pytest.mark.slow
-def test_every_readme_probe_example_runs_on_the_demo_checkpoints(demo_dir, monkeypatch, capsys):
-    monkeypatch.chdir(demo_dir)                  # the README's relative paths: out/demo/..., plane.pt, *.png
+def test_every_handbook_probe_example_runs_on_the_demo_checkpoints(demo_dir, monkeypatch, capsys):
+    monkeypatch.chdir(demo_dir)                  # the page's relative paths: out/demo/..., plane.pt, *.png
     for argv in examples():
         name = argv[0]
         small = SMALL[name] + ([] if name in NO_SAMPLES or "--local" in argv else ["--samples", "80"])
