@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paper_figures.verdict import SIZE_FRACTION
+SIZE_FRACTION = 0.5   # the verdict rule's share of a stated size the mean effect must reach (paper_figures/verdict.py)
+# the scripts that train no tier runs (an identity, a count or a convex toy): the same in every tier
+TOY = ("fedcm_identities", "fedlesam_cost", "fedals_table2_comm", "stability_gap")
 
 PAPERS = {
     "fedsmoo": "Sun et al., Dynamic Regularized Sharpness Aware Minimization in Federated Learning (ICML 2023)",

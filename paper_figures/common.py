@@ -29,70 +29,23 @@ from pathlib import Path
 import numpy as np
 
 from fedlab_analysis import plots
-from fedlab_analysis.config import RunConfig
 from fedlab_analysis.errors import UserError
+from paper_figures import runs
+from paper_figures import tiers as T
 from paper_figures import verdict as V
 from paper_figures.claims import CLAIMS
-
-OUT = Path(__file__).parent / "out"
-
-# digits, MLP [64]: FedAvg reaches ~0.94 test accuracy in 30 rounds (~3 s on one CPU thread)
-QUICK_BASE = dict(dataset="digits", model="mlp", model_kwargs={"widths": [64]}, clients=20, partition="dirichlet",
-                  dir_alpha=0.3, active_ratio=0.5, batch_size=20, local_epochs=2, lr=0.1, lr_decay=1.0, wd=0.0,
-                  rounds=30, quiet=True)
-# the papers' federated protocol on MNIST (FedSMOO Sec. 5.1, FedLESAM Sec. 6.1, FedCM Sec. 6, FedInit Sec. 5) with
-# FL-Simulator's defaults (local lr 0.1, lr decay 0.998 per round, weight decay 1e-3, batch 50, 5 local epochs) and
-# its mnist_2NN; 300 rounds (FedAvg ~97.5% at Dirichlet 0.6). Train loss on a fixed 10,000-sample train subset
-# (the matched-fit rungs read it), test accuracy on all 10,000 test images, both every 2 rounds; a checkpoint every
-# 25 rounds (a killed run resumes from it); a run that goes non-finite goes on and is marked (divergence is an
-# outcome, and FedInit Fig. 1 needs the rounds after it).
-# The local gradient is clipped at norm 10 (clip=10), as the authors' released code of FedSMOO, FedLESAM and FedInit
-# clips it (none of the papers states it); FedCM's and FedALS' scripts turn it off (REAL_UNCLIPPED).
-MNIST_BASE = dict(dataset="mnist", model="mlp", model_kwargs={"widths": [200, 200]}, clients=100,
-                  partition="dirichlet", dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1,
-                  lr_decay=0.998, wd=1e-3, clip=10.0, rounds=300, eval_every=2, eval_train_samples=10000,
-                  ckpt_every=25, on_divergence="continue", quiet=True)
-# the papers' setting (FedSMOO Sec. 5.1, FedLESAM Sec. 5.1, FedCM Sec. 5): CIFAR-10, ResNet-18-GN, 10% of 100
-FULL_BASE = dict(dataset="cifar10", model="resnet18gn", model_kwargs={}, clients=100, partition="dirichlet",
-                 dir_alpha=0.6, active_ratio=0.1, batch_size=50, local_epochs=5, lr=0.1, lr_decay=0.998, wd=1e-3,
-                 clip=10.0, augment=True, rounds=800, quiet=True)
-# fmnist: the mnist tier on Fashion-MNIST (`make data`): the same model, settings and grids, so each claim meets a
-# second real task; FedAvg sits near 88% there (MNIST: 98%), so accuracy effects have room to show.
-FMNIST_BASE = {**MNIST_BASE, "dataset": "fmnist"}
-TIERS = {"quick": QUICK_BASE, "mnist": MNIST_BASE, "fmnist": FMNIST_BASE, "full": FULL_BASE}
-REAL = ("mnist", "fmnist")                           # the real-data tiers on 28x28 grey images: one protocol
-# Per method, in every tier but quick (whose CI outputs keep one schedule): the FedDyn family decays its learning
-# rate by 0.9995 a round, the others by the base's 0.998 (FedSMOO Sec. 5.1 and App. B.4: "proxy-type methods";
-# FedLESAM App. E.1; FedCM App. C.2; FedInit Sec. 5.1). FedSpeed, FedSMOO Table 8's "FedDyn + local SAM", is
-# proxy-type too (our reading: the ablation then changes one module a row). A script's own override wins.
-PER_METHOD = {a: {"lr_decay": 0.9995} for a in ("feddyn", "fedspeed", "fedsmoo", "fedlesam-d")}
-# the real tiers' override of a paper whose released code does not clip (FedCM, FedALS): merged into its runs
-REAL_UNCLIPPED = {"clip": 0.0}
-# The settings protocol of the real tiers: 1 = every committed output before it was recorded (one decay 0.998 for
-# every method, no clipping, FedInit without its noise); 2 = the per-paper schedule above. save_result stores it
-# with the script's settings fingerprint (settings_record); a committed output whose record differs from the code's
-# was trained under other settings (trained_under).
-PROTOCOL = 2
-SEEDS = {"quick": 3, "mnist": 5, "fmnist": 5, "full": 3}          # default --seeds per tier
+from paper_figures.verdict import converged  # noqa: F401  (re-exported: scripts and tests read C.converged)
+from paper_figures.tiers import (FMNIST_BASE, FULL_BASE, MNIST_BASE, OUT, PER_METHOD, PROTOCOL,  # noqa: F401
+                                 QUICK_BASE, REAL, REAL_UNCLIPPED, SEEDS, TIERS, config, protocol, tier_of)
 
 VERDICTS = V.OUTCOMES
-_ARGS = {"out": OUT, "data_dir": None, "device": "cpu", "workers": 2, "tier": "quick", "pack": 4}   # set by parse_args
 
 
-def tier_of(tier) -> str:
-    """A tier name; ``True``/``False`` (the old ``full`` flag) read as "full"/"quick"."""
-    if isinstance(tier, bool) or tier is None:
-        return "full" if tier else "quick"
-    if tier not in TIERS:
-        raise ValueError(f"unknown tier {tier!r}; choose one of {', '.join(TIERS)}")
-    return tier
-
-
-def protocol(tier) -> str:
-    """The protocol a tier runs: "quick", "mnist" (every tier of ``REAL``: one model, settings and grids) or
-    "full". Scripts key their settings by it, so a real tier added to ``REAL`` takes the mnist tier's."""
-    t = tier_of(tier)
-    return "mnist" if t in REAL else t
+def __getattr__(name):
+    """``common._ARGS``: the options parse_args set, kept in :mod:`paper_figures.tiers` (the run cache reads them)."""
+    if name == "_ARGS":
+        return T._ARGS
+    raise AttributeError(f"module 'paper_figures.common' has no attribute {name!r}")
 
 
 def parse_args(description: str, argv=None, need_data: bool = True) -> argparse.Namespace:
@@ -144,7 +97,7 @@ def parse_args(description: str, argv=None, need_data: bool = True) -> argparse.
     args.full = args.tier == "full"
     from fedlab_analysis.device import resolve, set_threads
     set_threads(1)                                   # the MLPs are fastest on one thread; shares the machine
-    _ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers, tier=args.tier, pack=args.pack,
+    T._ARGS.update(out=Path(args.out), data_dir=args.data_dir, workers=args.workers, tier=args.tier, pack=args.pack,
                  device=str(resolve("auto")) if args.tier != "quick" else "cpu")   # real tiers: the GPU if any
     return args
 
@@ -174,8 +127,7 @@ def _run_script(name: str, compute, doc: str, argv, plot, summary) -> dict:
     mod = sys.modules.get(getattr(compute, "__module__", ""), None)
     try:
         if mod is not None and hasattr(mod, "run_list"):
-            from paper_figures import runs
-            runs.train_pool(runs.tasks(mod.run_list(args.tier, args.seeds), args.tier), args.workers,
+                    runs.train_pool(runs.tasks(mod.run_list(args.tier, args.seeds), args.tier), args.workers,
                             quiet=args.quiet, pack=args.pack)
         out = compute(args.seeds, args.tier)
     except UserError as e:
@@ -206,20 +158,6 @@ def setting(tier="quick", **shown) -> str:
             f"{b['rounds']} rounds{extra}")
 
 
-def config(cfg_overrides: dict, seed: int = 0, tier="quick") -> RunConfig:
-    """The resolved RunConfig: the tier's base, then (but in the quick tier) the method's PER_METHOD settings, then
-    the overrides, then the seed."""
-    t = tier_of(tier)
-    base = dict(TIERS[t])
-    if t != "quick":
-        base.update(PER_METHOD.get(cfg_overrides.get("algo", base.get("algo", RunConfig.algo)), {}))
-    if t == "full":
-        base.update(data_dir=_ARGS["data_dir"], device=_ARGS["device"])
-    elif t in REAL:
-        base.update(device=_ARGS["device"], **({"data_dir": _ARGS["data_dir"]} if _ARGS["data_dir"] else {}))
-    return RunConfig(**{**base, **cfg_overrides, "seed": seed}).validate()
-
-
 def main_tag(tier, quick_tag: str = "") -> str:
     """The hooks tag of a run in the papers' main protocol: in the mnist tier every such run carries the same hooks
     (``runs.HOOKS["mnist"]``: consensus, drift and global sharpness at rho 0.1, every 5 rounds), so one run serves
@@ -235,7 +173,6 @@ def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbac
     "diverged", "matched"}, ...]: rows are the metrics.jsonl rows (with the hooks' probe rows), ``diverged`` the
     reason training went non-finite (None if it did not; such a run is an outcome, never dropped), ``matched``
     {rung: checkpoint path} of the matched-fit ladder."""
-    from paper_figures import runs
     t = tier_of(tier)
     if callbacks_fn is not None and tag not in runs.HOOKS:
         raise ValueError(f"train_seeds: tag {tag!r} is not in paper_figures.runs.HOOKS; register its hooks there "
@@ -244,19 +181,11 @@ def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbac
     return [runs.result(runs.ensure(task)) for task in tasks]
 
 
-def converged(test_accs, frac: float = V.GATE_WINDOW, tol: float = 0.003) -> bool:
-    """A run's test-accuracy curve is a plateau within ``tol`` (0.3 points): ``verdict.plateau``, the convergence
-    gate's test, at a fixed tolerance. The flag ``train_seeds`` reports beside each run; a verdict gates on the
-    claim's own curve and a tolerance tied to its interval (``verdict.flag``)."""
-    return V.plateau(test_accs, tol, frac=frac)
-
-
 def matched_checkpoints(runs_: list) -> dict:
     """The lowest rung of the matched-fit ladder (``runs.RUNGS``: train loss 0.3, 0.1, 0.03, 0.01, 0.003) that every
     run of ``runs_`` (train_seeds results) reached, and each run's model-only checkpoint there (saved the first
     time its train loss fell below the rung): ``{"rung": r or None, "paths": [...], "rounds": [...]}`` in the
     order of ``runs_``. A comparison probes each algorithm at this common rung."""
-    from paper_figures import runs
     common_rungs = [r for r in runs.RUNGS if all(str(r) in x.get("matched", {}) for x in runs_)]
     if not common_rungs or not runs_:
         return {"rung": None, "paths": [], "rounds": []}
@@ -304,20 +233,6 @@ def interior_peak(grid, acc: dict, runs: dict, claims: tuple[str, str], label: s
         v = V.decide(CLAIMS[cid], acc[peak] - acc[end], runs[peak] + runs[end])
         rows.append(row(cid, label.format(peak=peak, end=end), f"{V.fmt(v, 100, ' points')}", v, **{key: end}))
     return peak, means, rows
-
-
-def past_horizon(name: str, table: list[dict], tier) -> list[dict]:
-    """The rows as judged at the tier's horizon. In a real tier whose script trains to a horizon shorter than the
-    paper's (``settings.horizon_ok`` False: FedCM's 300 rounds against 4,000), a claim about the trained model
-    (``Claim.at_convergence``) is not judged: its row keeps what was measured, its verdict is "not measured" with the
-    reason. A claim about the course of training stays judged. The quick tier is not checked."""
-    from paper_figures import settings
-    if tier_of(tier) == "quick" or settings.horizon_ok(name) is not False:
-        return table
-    why = (f"{settings.SHORT}: the tier's last-round learning rate is more than {settings.HORIZON_FACTOR:g}x the "
-           f"paper's, so a claim about the trained model is not judged here")
-    return [{**r, **V.not_measured(CLAIMS[r["claim"]], why, r.get("n_seeds", 0))}
-            if CLAIMS[r["claim"]].at_convergence and r["verdict"] != V.NOT_MEASURED else r for r in table]
 
 
 def finish(table: list[dict]) -> dict:
@@ -438,7 +353,7 @@ def out_dir(name: str, tier=None, root=None) -> Path:
     """Where a script's figure and numbers go: <--out>/<name>/ for the QUICK tier, <--out>/<tier>/<name>/ for the
     others (so the committed MNIST results and the QUICK ones CI regenerates sit side by side); ``tier`` defaults
     to the one parse_args read; ``root`` to --out."""
-    tier, root = tier_of(tier or _ARGS.get("tier")), Path(root or _ARGS["out"])
+    tier, root = tier_of(tier or T._ARGS.get("tier")), Path(root or T._ARGS["out"])
     return root / name if tier == "quick" else root / tier / name
 
 
@@ -484,8 +399,8 @@ def save_result(name: str, data: dict, fig, tier=None) -> Path:
     (``settings_record``)."""
     if "summary" not in data:
         raise ValueError(f"save_result({name!r}): data has no 'summary' (common.finish)")
-    if tier_of(tier or _ARGS.get("tier")) != "quick":
-        data = {**data, "settings": settings_record(name, tier_of(tier or _ARGS.get("tier")))}
+    if tier_of(tier or T._ARGS.get("tier")) != "quick":
+        data = {**data, "settings": settings_record(name, tier_of(tier or T._ARGS.get("tier")))}
     d = out_dir(name, tier)
     d.mkdir(parents=True, exist_ok=True)
     (d / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")
@@ -498,7 +413,6 @@ def write_curves(d: Path, data: dict) -> None:
     """``d``/curves.json: the compact curve (``runs.curve``) of every run a row of ``data``'s table names, what
     ``verdict.audit`` re-derives the rows' flags and verdicts from; none (and an old one removed) where no row
     names runs."""
-    from paper_figures import runs
     ids = sorted({i for t in data.get("table", []) for i in t.get("runs", [])})
     f = d / V.CURVES
     if not ids:
@@ -530,7 +444,7 @@ def theory_rows(paper: str, out_dir=None) -> list[dict]:
     import subprocess
 
     from fedlab_analysis import provenance
-    out_dir = Path(out_dir or Path(_ARGS["out"]) / "theory_quick" / paper)
+    out_dir = Path(out_dir or Path(T._ARGS["out"]) / "theory_quick" / paper)
     report, key = out_dir / "report.json", {"command": ["fedlab_analysis.theory", paper, "--quick"]}
     if not (report.exists() and provenance.matches(out_dir / "provenance.json", key)):
         if report.exists():                                     # an older report: none of its figures is kept

@@ -12,8 +12,9 @@ steps), alpha in {1, 5, 10, 25, 50}, 3 seeds; parameters sent are counted by the
 (fedals_table2_comm.py recomputes the paper's column for ResNet-20). FULL: ResNet-20 on CIFAR-10. One rule
 (paper_figures/verdict.py), seed-paired: alpha = 10 above FedAvg ("we initially witness an enhancement"), and past
 the threshold no gain: the best of alpha 25 and 50 not above the best of 5 and 10 by more than a margin of ours
-(two seed sd of the 5/10 arm; "ceases to contribute to performance improvement"). Comparisons: 2. The real tiers train with
-momentum 0.9 and choose each arm's learning rate from LR_GRID on a held-out 10% of the training images (below).
+(two seed sd of the 5/10 arm; "ceases to contribute to performance improvement"). Comparisons: 2. The real tiers
+train with momentum 0.9 and choose each arm's learning rate from LR_GRID on a held-out 10% of the training images
+(below).
 
     python -m paper_figures.fedals_table2 [--full --data-dir DIR] [--seeds 3]
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from paper_figures import common as C
+from paper_figures import settings as S
 from paper_figures import verdict as V
 from paper_figures.fedcm_table3_alpha import wobble
 
@@ -45,7 +46,7 @@ def compute(seeds=3, tier="quick"):
     table = [C.row("fedcm.fig23.fedadam", "FedAdam's accuracy curve oscillates more than FedCM's",
                    f"back-and-forth {100 * osc['fedadam'].mean():.2f} vs {100 * osc['fedcm'].mean():.2f} "
                    f"points/round (difference {V.fmt(v, 100)})", v)]
-    table = C.past_horizon(NAME, table, tier)          # a trained-model claim is not judged short of the horizon
+    table = S.past_horizon(NAME, table, tier)          # a trained-model claim is not judged short of the horizon
     setting = C.setting(tier, dir_alpha=HP["dir_alpha"])
     data = {"claim": "FedCM Figs. 2-3: FedAdam's test-accuracy curves oscillate, FedCM's are stable",
             "setting": setting, "seeds": seeds, "table": table, **C.finish(table),

@@ -34,17 +34,10 @@ import tempfile
 from pathlib import Path
 
 from fedlab_analysis.cli import guard
+from paper_figures.digest import BASE, DIGITS, OWN, _digest, _num, _rounded, _summary  # noqa: F401
 
 MEMO = "fingerprints.json"
 HOOKS_PREFIX = "hooks:"                   # memo keys of hooks fingerprints; a training source hash is 12 hex digits
-DIGITS = 9
-BASE = dict(model="mlp", model_kwargs={"widths": [12, 10]}, dtype="float64", device="cpu", client_parallel="vmap",
-            clients=7, partition="labeldir", dir_alpha=0.6, min_size=10, sampling="bernoulli", active_ratio=0.6,
-            batch_size=16, local_epochs=1, lr=0.1, lr_decay=0.998, wd=1e-3, rounds=3, eval_every=2,
-            eval_train_samples=100, on_divergence="continue", quiet=True, seed=0, threads=1)
-# per algorithm: what it needs to exercise its own paths in 3 rounds (FedALS: its protocol, phi synced at round 2)
-OWN = {"fedals": dict(partition="sorted", clients=5, active_ratio=1.0, tau=3, alpha=2),
-       "fedals-scaffold": dict(partition="sorted", clients=5, active_ratio=1.0, tau=3, alpha=2)}
 # further cases: name -> (algo, overrides); "resume" trains 2 rounds, then resumes from last.pt to 3
 VARIANTS = {"fedinit-delta-from-init-beta-neg0.1": ("fedinit", dict(beta=-0.1, ri_agg="delta_from_init")),
             "feddyn-ri": ("feddyn", dict(ri=True)),
@@ -77,40 +70,9 @@ def cases(algos=None) -> dict:
     return out
 
 
-def _num(x) -> str:
-    """A number as 9 significant digits (-0 as 0); anything else as JSON."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return json.dumps(x, sort_keys=True)
-    s = f"{float(x):.{DIGITS}g}"
-    return "0" if s == "-0" else s
-
-
-def _rounded(obj):
-    if isinstance(obj, dict):
-        return {k: _rounded(v) for k, v in sorted(obj.items())}
-    if isinstance(obj, (list, tuple)):
-        return [_rounded(v) for v in obj]
-    return _num(obj)
-
-
-def _digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
-
-
 def _weights(run) -> dict:
     """:func:`_summary` of the run's global weights."""
     return _summary(run.space.unflatten(run.w))
-
-
-def _summary(named: dict) -> dict:
-    """Per tensor (name -> tensor): sum, sum of squares and a projection on fixed uniform(-1, 1) weights (seed 0)."""
-    import torch
-    out = {}
-    for name, v in sorted(named.items()):
-        v = v.detach().double().flatten().cpu()
-        r = torch.rand(v.numel(), generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
-        out[name] = [list(v.shape), float(v.sum()), float(v @ v), float(v @ r)]
-    return out
 
 
 def _dataset():
@@ -238,8 +200,8 @@ def record(root, source: str, fp: str) -> None:
 def recorded(root, source: str | None = None, progress: bool = False) -> str:
     """The fingerprint of the current code, from the memo under ``source`` (default: the current
     ``runs.training_source_hash()``), else computed once and recorded there."""
-    from paper_figures import runs
-    source = source or runs.training_source_hash()
+    from paper_figures import entry
+    source = source or entry.training_source_hash()
     fp = read_memo(root).get(source)
     if fp is None:
         fp = training_fingerprint(progress=progress)
@@ -255,8 +217,8 @@ def hooks_key(tag: str, hooks_source: str) -> str:
 def recorded_hooks(root, tag: str, hooks_source: str | None = None, progress: bool = False) -> str:
     """The hooks fingerprint of ``tag`` for the current code, from the memo under :func:`hooks_key` (default source:
     the current ``runs.hooks_source_hash(tag)``), else computed once and recorded there."""
-    from paper_figures import hooks_fingerprint, runs
-    key = hooks_key(tag, hooks_source or runs.hooks_source_hash(tag))
+    from paper_figures import entry, hooks_fingerprint
+    key = hooks_key(tag, hooks_source or entry.hooks_source_hash(tag))
     fp = read_memo(root).get(key)
     if fp is None:
         fp = hooks_fingerprint.hooks_fingerprint(tag, progress=progress)
@@ -266,34 +228,33 @@ def recorded_hooks(root, tag: str, hooks_source: str | None = None, progress: bo
 
 def cached_tags(root) -> list:
     """The registered hooks tags that runs in the cache at ``root`` carry (their key.json files), sorted."""
-    from paper_figures import runs
+    from paper_figures import entry
     tags = set()
     for p in Path(root).glob("*/key.json"):
         try:
             tags.add(json.loads(p.read_text()).get("tag") or "")
         except (OSError, ValueError, AttributeError):
             continue
-    return sorted(t for t in tags if t in runs.HOOKS)
+    return sorted(t for t in tags if t in entry.HOOKS)
 
 
 @guard("paper_figures.fingerprint")
 def main(argv=None) -> int:
     from fedlab_analysis.options import ArgParser
-    from paper_figures import common
+    from paper_figures import entry, tiers
     ap = ArgParser(prog="python -m paper_figures.fingerprint", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tier", default="quick", choices=("quick", "mnist", "fmnist"),
                     help="whose run cache records it "
                     "(<out>/runs/<tier>/fingerprints.json; default quick)")
-    ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(common.OUT),
-                    help=f"output root (default $PAPER_FIGURES_OUT, else {common.OUT})")
+    ap.add_argument("--out", default=os.environ.get("PAPER_FIGURES_OUT") or str(tiers.OUT),
+                    help=f"output root (default $PAPER_FIGURES_OUT, else {tiers.OUT})")
     args = ap.parse_args(argv)
-    from paper_figures import runs
-    common._ARGS["out"] = Path(args.out)
-    root = runs.root(args.tier)
-    source = runs.training_source_hash()
+    tiers._ARGS["out"] = Path(args.out)
+    root = Path(args.out) / "runs" / args.tier          # runs.root's folder (the cache sits above this module)
+    source = entry.training_source_hash()
     try:
         fp = recorded(root, source, progress=True)
-        hooks = {t: (runs.hooks_source_hash(t), recorded_hooks(root, t, progress=True)) for t in cached_tags(root)}
+        hooks = {t: (entry.hooks_source_hash(t), recorded_hooks(root, t, progress=True)) for t in cached_tags(root)}
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

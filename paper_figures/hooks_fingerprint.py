@@ -2,7 +2,7 @@
 the hooks' code changed (paper_figures/hooks.py, the tag's hook module, fedlab_analysis/probes/*.py:
 ``runs.hooks_source_hash``) but the numbers they write did not.
 
-:func:`hooks_fingerprint` trains a small float64 battery through the run cache's own path (``runs.ensure``: the tag's
+:func:`hooks_fingerprint` trains a small float64 battery through the run cache's own path (``entry.train_new``, as ``runs.ensure`` trains a new entry: the tag's
 hooks from ``runs.hooks_for(tag, 0)`` followed by ``runs.MatchedFit``, as a tier run gets them) on all 1,437 training
 digits (loaded by name, so the hooks' 1,000-sample subsets are drawn from more than 1,000), MLP 64-12-10-10, 7
 clients at 60%, unequal client sizes (about 13 local steps, so the drift hook's steps 0 and 10 are both probed), 11
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from paper_figures.fingerprint import BASE, OWN, _digest, _rounded, _summary
+from paper_figures.digest import BASE, OWN, _digest, _rounded, _summary
 
 HOOKS_BASE = {**BASE, "dataset": "digits", "rounds": 11, "eval_train_samples": 1200, "client_parallel": "loop"}
 CASES = {"fedavg": ("fedavg", {}), "fedsam": ("fedsam", dict(rho=0.05)), "fedlesam": ("fedlesam", dict(rho=0.05)),
@@ -39,9 +39,9 @@ def hooks_case(tag: str, algo: str, overrides: dict, work: Path) -> tuple[str, d
     from fedlab_analysis import checkpoint
     from fedlab_analysis.config import RunConfig
     from fedlab_analysis.plots import read_metrics
-    from paper_figures import runs
+    from paper_figures import entry
     cfg = RunConfig(**{**HOOKS_BASE, **overrides, "algo": algo}).validate()
-    rec = runs.ensure({"path": str(work), "key": {"hooks_fingerprint": tag}, "config": cfg.to_dict(), "tag": tag})
+    rec = entry.train_new({"path": str(work), "key": {"hooks_fingerprint": tag}, "config": cfg.to_dict(), "tag": tag})
     if rec["status"] != "done":
         raise RuntimeError(f"hooks fingerprint case {algo} {overrides}: {rec.get('error')}")
     rows = [{k: v for k, v in r.items() if k != "seconds"} for r in read_metrics(work / "run")]
@@ -63,8 +63,8 @@ def hooks_fingerprint(tag: str, cases=None, progress: bool = False, parts: dict 
     import torch
     from tqdm import tqdm
 
-    from paper_figures import runs
-    if tag not in runs.HOOKS:
+    from paper_figures import entry
+    if tag not in entry.HOOKS:
         raise ValueError(f"hooks_fingerprint: tag {tag!r} is not registered in paper_figures.runs.HOOKS")
     unknown = sorted(set(cases or ()) - set(CASES))
     if unknown:

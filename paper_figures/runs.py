@@ -23,7 +23,6 @@ worker (a fresh process) builds the same ones. Every run also carries :class:`Ma
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -31,25 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "fedlab_analysis"
-# the files whose code determines a run's numbers (training_source_hash)
-TRAINING_SOURCES = ("trainers/*.py", "models.py", "params.py", "algos.py", "data/*.py")
-RUNGS = (0.3, 0.1, 0.03, 0.01, 0.003)        # matched-fit ladder of train losses
+from paper_figures import entry as E
+from paper_figures import tiers
+from paper_figures.entry import (HOOKS, PKG, RUNGS, TRAINING_SOURCES, MatchedFit, curve, hook_sources,  # noqa: F401
+                                 hooks_for, hooks_source_hash, key_of, result, training_source_hash)
+from paper_figures.entry import CURVE_DIGITS, CURVES  # noqa: F401  (re-exported: the cache's public names)
 from paper_figures.hooks import SHARP_RHO  # noqa: E402,F401  (the one radius of the sharpness hooks)
 
-HOOKS = {                                     # tag -> "module:function(seed) -> [hooks]"
-    "mnist": "paper_figures.hooks:mnist_hooks",
-    "consensus-every-step": "paper_figures.fedals_fig1_consensus:hooks",
-    "consensus-rounds": "paper_figures.fedinit_fig2_consensus:hooks",
-    "consensus": "paper_figures.fedsmoo_table2:consensus_hooks",
-    "drift,sharpness-ascent5-rho0.1": "paper_figures.fedlesam_fig2_drift:hooks",
-}
-# seconds per round of FedAvg with one thread, as a function of the client-steps of a round (n_active x local steps,
-# batch 50) and an evaluation; from the issue's measurement on this machine (MNIST MLP, 100 clients at 10%, batch 50,
-# 5 epochs: ~0.7 s a round) and the digits QUICK runs (~0.1 s); SAM-type methods take two gradients a step
-# full: the papers' CIFAR-10 setting on one GPU, from the measured FedAvg round (ResNet-18-GN, 100 clients, Bernoulli
-# 10%, 5 epochs: ~500 client-steps of batch 50; compiled, fp32) in benchmarks/gpu_check.md; an evaluation (12,000
-# images, forward only) as a third of the same number of training steps' cost: derived, not measured
 CARD = "one NVIDIA H200 (benchmarks/gpu_check.md, 27 Nov 2026: FedAvg 2.258 s a round, compiled, fp32)"
 COST = {"mnist": (0.7 / 600, 0.15), "quick": (0.1 / 140, 0.01), "full": (2.258 / 500, 2.258 / 500 * 240 / 3)}
 TWO_GRADS = ("fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedspeed")
@@ -58,62 +45,8 @@ HOOK_COST = {"mnist": 1.2, "consensus-every-step": 1.5, "drift,sharpness-ascent5
 _UNFINGERPRINTED: set = set()                 # sources whose fingerprint failed in this process (same_behaviour)
 
 
-def _hash_files(files, root: Path = PKG) -> str:
-    """provenance.files_hash (the package's one hashing rule), shortened to 12 hex digits for run names."""
-    from fedlab_analysis.provenance import files_hash
-    return files_hash(files, root)[:12]
-
-
-def training_source_hash() -> str:
-    """Hash of the source files that determine training numerics: fedlab_analysis/trainers/*.py, models.py,
-    params.py, algos.py and data/*.py (path and bytes of each). Part of every run key."""
-    return _hash_files({f for pat in TRAINING_SOURCES for f in PKG.glob(pat)})
-
-
-def hook_sources(tag: str) -> set:
-    """The files whose code defines the hooks of ``tag``: ``paper_figures/hooks.py`` (the tier's hooks and the one
-    radius SHARP_RHO), every probe module (``fedlab_analysis/probes/*.py``: the hooks' measurements), the helpers
-    they call outside probes/ (``linalg.py``: unit vectors, cosines, the rho-ball; ``studies/*.py``: the stability
-    hooks' coupled retraining) and the module
-    that :data:`HOOKS` names for the tag
-    (a script's ``hooks`` and the constants they read, e.g. FedLESAM Fig. 2's ``SHARP_RHO``), found without
-    importing it."""
-    import importlib.util
-    mod = importlib.util.find_spec(HOOKS[tag].split(":")[0]).origin
-    return {Path(__file__).resolve().with_name("hooks.py"), Path(mod).resolve(), *PKG.glob("probes/*.py"),
-            *PKG.glob("linalg.py"), *PKG.glob("studies/*.py")}
-
-
-def hooks_source_hash(tag: str) -> str:
-    """Hash of :func:`hook_sources` (path relative to the repository, and bytes, of each). Part of a tagged run's
-    key beside :func:`training_source_hash`: a change to a hook's code recomputes the runs that carry it."""
-    return _hash_files(hook_sources(tag), PKG.parent)
-
-
-def hooks_for(tag: str, seed: int) -> list:
-    if not tag:
-        return []
-    if tag not in HOOKS:
-        raise ValueError(f"hooks tag {tag!r} is not registered in paper_figures.runs.HOOKS")
-    mod, fn = HOOKS[tag].split(":")
-    return list(getattr(importlib.import_module(mod), fn)(seed))
-
-
-# ---- tasks: what a run is and where it lives -------------------------------------------------------------
-def key_of(cfg, tag: str) -> dict:
-    from fedlab_analysis import algos
-    from fedlab_analysis.sweep import resolved
-    used = algos.uses(cfg.algo, bool(cfg.ri), cfg)        # a hyper-parameter the algorithm never reads is no part
-    conf = {k: v for k, v in resolved(cfg).items() if k != "data_dir" and (k not in algos.HYPER or k in used)}
-    if conf["algo"] == "fedinit":                       # FedInit is FedAvg + relaxed initialisation (one spec)
-        conf.update(algo="fedavg", ri=True)
-    key = {"config": conf, "tag": tag, "source": training_source_hash()}
-    return {**key, "hooks_source": hooks_source_hash(tag)} if tag else key
-
-
 def root(tier: str) -> Path:
-    from paper_figures import common
-    return Path(common._ARGS["out"]) / "runs" / tier
+    return Path(tiers._ARGS["out"]) / "runs" / tier
 
 
 def estimate(cfg, tag: str, tier: str) -> float:
@@ -131,10 +64,9 @@ def estimate(cfg, tag: str, tier: str) -> float:
 
 def tasks(items, tier: str, out_root=None) -> list[dict]:
     """(overrides, seed, tag) items -> task dicts (config, tag, key, path, est), duplicates dropped, order kept."""
-    from paper_figures import common
     base, out, seen = Path(out_root) if out_root is not None else root(tier), [], set()
     for overrides, seed, tag in items:
-        cfg = common.config(overrides, seed, tier)
+        cfg = tiers.config(overrides, seed, tier)
         key = key_of(cfg, tag)
         h = hashlib.sha1(json.dumps([key["config"], tag], sort_keys=True, default=str).encode()).hexdigest()[:10]
         path = base / f"{key['config']['algo']}-{h}-s{seed}"
@@ -252,65 +184,6 @@ def status(task: dict) -> str:
 
 
 # ---- matched fit and checkpoint pruning (training hooks) -------------------------------------------------------
-class MatchedFit:
-    """Saves a model-only checkpoint ``matched/loss_<rung>.pt`` (config, model, global, layers, partition; no
-    algorithm or client state) the first time the global model's train loss (metrics.jsonl's ``train_loss``: the
-    fixed eval_train subset, every evaluated round) falls below each rung of :data:`RUNGS`. It costs no evaluation:
-    at round t+1 it reads round t's row and, on a crossing, saves its copy of w^t. The last round is checked by
-    :func:`ensure` after training. Also deletes ckpt/round_*.pt (last.pt, a hard link, keeps the latest state)."""
-
-    def __init__(self, entry: Path):
-        self.entry, self.prev = Path(entry), None
-        (self.entry / "matched").mkdir(parents=True, exist_ok=True)
-
-    def done_rungs(self) -> set:
-        return {float(p.stem.split("_", 1)[1]) for p in (self.entry / "matched").glob("loss_*.pt")}
-
-    def check(self, run, row: dict | None, w, buf, t: int) -> None:
-        from fedlab_analysis import checkpoint
-        from fedlab_analysis.trainers.loop import to_checkpoint
-        loss = (row or {}).get("train_loss")
-        if loss is None or row.get("round") != t or not loss == loss:
-            return
-        new = [r for r in RUNGS if loss < r and r not in self.done_rungs()]
-        if not new:
-            return
-        ck = to_checkpoint(run, row)
-        ck.update(round=t, algo_state={}, clients=None)
-        ck["global"] = {k: v.detach().cpu().clone() for k, v in run.space.unflatten(w).items()}
-        if buf is not None and run.bspace.P:
-            ck["buffers"] = {k: v.detach().cpu().clone() for k, v in run.bspace.unflatten(buf).items()}
-        for r in new:
-            checkpoint.save(ck, self.entry / "matched" / f"loss_{r:g}.pt")
-
-    def __call__(self, event, run, ctx, x):
-        if event != "round":
-            return
-        for f in (self.entry / "run" / "ckpt").glob("round_*.pt"):
-            f.unlink(missing_ok=True)
-        if self.prev is not None:
-            self.check(run, _last_row(self.entry / "run" / "metrics.jsonl"), *self.prev, run.t - 1)
-        self.prev = (run.w.clone(), run.buf.clone() if run.bspace.P else None)   # w^t for the next call
-
-
-def _last_row(path: Path) -> dict | None:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 65536))
-            lines = fh.read().decode(errors="replace").strip().splitlines()
-        return json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        return None
-
-
-# ---- one run -------------------------------------------------------------------------------------------------
-def _write(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
-
-
 def ensure(task: dict) -> dict:
     """Make the task's run done (train, resume, or nothing); returns {"path", "status", "error"?}. Never raises for
     a failing run: failed.json records it. Runs in pool workers and in the scripts' own process."""
@@ -321,7 +194,6 @@ def ensure_pack(tasks: list[dict]) -> list[dict]:
     """``ensure`` for runs trained together in one program (fedlab_analysis.trainers.pack): each entry prepared,
     the pending ones trained as one pack, each one's matched-fit check and done.json (or failed.json) after it. A
     run that diverges is done and marked; one that fails is recorded; the others go on."""
-    from fedlab_analysis.trainers.pack import Job, train_pack
     t0, recs, todo = time.perf_counter(), {}, []
     for i, task in enumerate(tasks):
         try:
@@ -330,26 +202,8 @@ def ensure_pack(tasks: list[dict]) -> list[dict]:
             else:
                 todo.append((i, task, *_prepare(task)))
         except Exception as e:                    # noqa: BLE001  (one failing run is recorded, not fatal)
-            recs[i] = _failed(task, e)
-    if todo:
-        import torch
-
-        from fedlab_analysis.device import set_threads
-        threads = torch.get_num_threads()
-        set_threads(todo[0][3].threads)
-        try:
-            outcomes = train_pack([Job(cfg, Path(task["path"]) / "run", resume=resume, overwrite=not resume,
-                                       callbacks=[*hooks_for(task["tag"], cfg.seed), fit])
-                                   for _, task, resume, cfg, fit in todo])
-        except Exception as e:                    # noqa: BLE001  (the pack could not start: each run records it)
-            outcomes = [e] * len(todo)
-        finally:
-            torch.set_num_threads(threads)
-        for (i, task, resume, _, fit), o in zip(todo, outcomes):
-            try:
-                recs[i] = _finish(task, o, resume, fit, t0)
-            except Exception as e:                # noqa: BLE001
-                recs[i] = _failed(task, e)
+            recs[i] = E._failed(task, e)
+    recs.update(E.train_entries(todo, t0))
     return [recs[i] for i in range(len(tasks))]
 
 
@@ -365,35 +219,9 @@ def _prepare(task: dict):
         shutil.rmtree(entry)                      # a stale key: nothing of it is reused
     entry.mkdir(parents=True, exist_ok=True)
     if st == "new":                               # an equivalent entry keeps the source that trained it
-        _write(entry / "key.json", task["key"])
+        E._write(entry / "key.json", task["key"])
     (entry / "failed.json").unlink(missing_ok=True)
-    return (entry / "run" / "ckpt" / "last.pt").exists(), RunConfig.from_dict(task["config"]), MatchedFit(entry)
-
-
-def _finish(task: dict, outcome, resume: bool, fit, t0: float) -> dict:
-    """After training: the last round's matched-fit check, the round checkpoints removed, done.json (a divergence
-    is an outcome: done and marked); a failed run raises its error."""
-    if isinstance(outcome, BaseException) or outcome.status == "failed":
-        raise outcome if isinstance(outcome, BaseException) else outcome.exc
-    entry, diverged = Path(task["path"]), None
-    if outcome.status == "done":
-        run = outcome.run
-        fit.check(run, run.last_row, run.w, run.buf if run.bspace.P else None, run.t)
-    else:
-        diverged = outcome.error
-    for f in (entry / "run" / "ckpt").glob("round_*.pt"):
-        f.unlink(missing_ok=True)
-    _write(entry / "done.json", {"diverged": diverged, "resumed": resume, "seconds": time.perf_counter() - t0})
-    return {"path": str(entry), "status": "done"}
-
-
-def _failed(task: dict, e: BaseException) -> dict:
-    import traceback
-    entry = Path(task["path"])
-    err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-    entry.mkdir(parents=True, exist_ok=True)
-    _write(entry / "failed.json", {"error": err, "traceback": "".join(traceback.format_exception(e))})
-    return {"path": str(entry), "status": "failed", "error": err}
+    return (entry / "run" / "ckpt" / "last.pt").exists(), RunConfig.from_dict(task["config"]), E.MatchedFit(entry)
 
 
 def packed(pending: list[dict], size: int) -> list[list[dict]]:
@@ -416,45 +244,6 @@ def packed(pending: list[dict], size: int) -> list[list[dict]]:
         if len(open_[k]) == size:
             del open_[k]
     return out
-
-
-CURVE_DIGITS = 5     # significant digits of the committed curves (curves.json)
-CURVES: dict = {}    # run id -> its compact curve, for every run this process read (common.save_result writes them)
-
-
-def curve(rows, seed: int, diverged) -> dict:
-    """A run's compact curve, what its script commits in curves.json and what the convergence gate reads: the
-    evaluated rounds' test accuracy and training loss to CURVE_DIGITS significant digits (None where non-finite),
-    with the seed and the divergence reason (None if it did not diverge)."""
-    import math
-    ev = [r for r in rows if "test_acc" in r]
-    sig = lambda v: None if v is None or not math.isfinite(v) else float(f"{v:.{CURVE_DIGITS}g}")   # noqa: E731
-    return {"seed": seed, "diverged": diverged, "round": [r["round"] for r in ev],
-            "test_acc": [sig(r["test_acc"]) for r in ev], "train_loss": [sig(r.get("train_loss")) for r in ev]}
-
-
-def result(rec: dict) -> dict:
-    """A done entry as train_seeds returns it (a failed one raises its error); its ``id`` (the entry's name) and
-    ``curve`` (:func:`curve`) are also kept in :data:`CURVES`."""
-    from fedlab_analysis import plots
-    from fedlab_analysis.errors import UserError
-    from paper_figures.common import converged
-    entry = Path(rec["path"])
-    if rec["status"] != "done":
-        raise UserError(f"run {entry} failed: {rec.get('error')} (see {entry}/failed.json)")
-    done = json.loads((entry / "done.json").read_text())
-    rows = plots.read_metrics(entry / "run")
-    cfg = json.loads((entry / "run" / "config.json").read_text())
-    acc = [r["test_acc"] for r in rows if "test_acc" in r]
-    matched = {}
-    for p in (entry / "matched").glob("loss_*.pt"):
-        import torch
-        matched[p.stem.split("_", 1)[1]] = {"path": str(p), "round": int(torch.load(p, weights_only=True)["round"])}
-    diverged = done.get("diverged") or next((r["diverged"] for r in rows if r.get("diverged")), None)
-    CURVES[entry.name] = cur = curve(rows, cfg["seed"], diverged)
-    return {"seed": cfg["seed"], "run_dir": str(entry / "run"), "test_acc": acc[-1] if acc else float("nan"),
-            "rows": rows, "converged": converged(acc), "diverged": diverged, "matched": matched, "id": entry.name,
-            "curve": cur}
 
 
 # ---- the pool ------------------------------------------------------------------------------------------------
@@ -512,16 +301,14 @@ def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: st
 
 
 def _out_root() -> str:
-    from paper_figures import common
-    return str(common._ARGS["out"])
+    return str(tiers._ARGS["out"])
 
 
 def _init_worker(out: str, counter=None) -> None:
     """A pool worker: one torch thread, the driver's output root, and on a machine with GPUs the next one of them
     as its default device (a run with device "cuda" trains there)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from paper_figures import common
-    common._ARGS["out"] = Path(out)
+    tiers._ARGS["out"] = Path(out)
     import torch
     if counter is not None and torch.cuda.is_available():
         with counter.get_lock():

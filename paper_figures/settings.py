@@ -408,6 +408,20 @@ def horizon_ok(script: str) -> bool | None:
     return None if all(ok is None for ok in oks) else all(ok is not False for ok in oks)
 
 
+
+def past_horizon(name: str, table: list[dict], tier) -> list[dict]:
+    """The rows as judged at the tier's horizon. In a real tier whose script trains to a horizon shorter than the
+    paper's (``settings.horizon_ok`` False: FedCM's 300 rounds against 4,000), a claim about the trained model
+    (``Claim.at_convergence``) is not judged: its row keeps what was measured, its verdict is "not measured" with the
+    reason. A claim about the course of training stays judged. The quick tier is not checked."""
+    if C.tier_of(tier) == "quick" or horizon_ok(name) is not False:
+        return table
+    why = (f"{SHORT}: the tier's last-round learning rate is more than {HORIZON_FACTOR:g}x the "
+           f"paper's, so a claim about the trained model is not judged here")
+    return [{**r, **V.not_measured(C.CLAIMS[r["claim"]], why, r.get("n_seeds", 0))}
+            if C.CLAIMS[r["claim"]].at_convergence and r["verdict"] != V.NOT_MEASURED else r for r in table]
+
+
 def horizon_rows(script: str) -> list[dict]:
     merged: dict = {}
     for name, (p, o, ok) in horizon(script).items():

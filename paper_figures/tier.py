@@ -16,13 +16,13 @@ from collections import OrderedDict
 
 from fedlab_analysis.cli import guard
 from paper_figures import common
+from paper_figures.claims import TOY  # noqa: F401  (re-exported: the Makefile reads tier.TOY)
 from paper_figures import runs as R
 
 ORDER = ("fedsmoo_table2", "fedlesam_fig2_drift", "fedcm_table3_alpha", "fedinit_table6", "fedals_table2",
          "fedsmoo_fig3_surface", "fedlesam_fig3_surface", "fedlesam_fig4_rho", "fedcm_fedadam_oscillation",
          "fedcm_dispersion", "fedinit_fig2_consensus", "fedals_fig1_consensus", "fedinit_fig1_sensitivity",
          "fedsmoo_table8_ablation")
-TOY = ("fedcm_identities", "fedlesam_cost", "fedals_table2_comm", "stability_gap")
 
 
 def collect(tier: str, seeds: int, only=None) -> tuple[list[dict], dict]:

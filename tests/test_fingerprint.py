@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from paper_figures import common as C
+from paper_figures import tiers as T_
+from paper_figures import entry as E
 from paper_figures import fingerprint as F
 from paper_figures import runs as R
 
@@ -21,7 +23,7 @@ TINY = {"algo": "fedavg", "clients": 4, "rounds": 4, "eval_train_samples": 100, 
 
 @pytest.fixture(autouse=True)
 def _own_args(monkeypatch, tmp_path):
-    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
 
 
 def fp(algos, **kw):
@@ -48,7 +50,7 @@ def test_every_algorithm_is_in_the_battery():
 
 def test_a_changed_source_hash_alone_keeps_the_fingerprint(monkeypatch):
     a = fp(["scaffold"])
-    monkeypatch.setattr(R, "training_source_hash", lambda: "another-string")
+    monkeypatch.setattr(E, "training_source_hash", lambda: "another-string")
     assert fp(["scaffold"]) == a
 
 
@@ -126,7 +128,7 @@ def computed(monkeypatch):
 
 
 def _edited(monkeypatch):
-    monkeypatch.setattr(R, "training_source_hash", lambda: "edited")
+    monkeypatch.setattr(E, "training_source_hash", lambda: "edited")
     return R.tasks([(TINY, 0, "")], "quick")[0]
 
 
@@ -160,7 +162,7 @@ def test_an_entry_with_a_different_or_missing_fingerprint_is_stale(trained, comp
     (root / F.MEMO).unlink()
     F.record(root, old, "same")
     F.record(root, "edited", "same")
-    monkeypatch.setattr(R, "hooks_source_hash", lambda tag: "h")
+    monkeypatch.setattr(E, "hooks_source_hash", lambda tag: "h")
     tagged = dict(again, key={**again["key"], "hooks_source": "h"})
     assert R.status(tagged) == "new"                                  # more than the source differs
     R.ensure(again)                                                   # an accepted entry stays; a stale one ...
@@ -189,10 +191,10 @@ def test_a_partial_entry_of_an_equivalent_source_resumes(computed, monkeypatch):
     def kill(event, run, ctx, x):
         if event == "round" and run.t == 3:
             raise KeyboardInterrupt
-    monkeypatch.setattr(R, "hooks_for", lambda tag, seed: [kill])
+    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [kill])
     with pytest.raises(KeyboardInterrupt):
         R.ensure(task)
-    monkeypatch.setattr(R, "hooks_for", lambda tag, seed: [])
+    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [])
     entry = Path(task["path"])
     F.record(entry.parent, task["key"]["source"], "same")
     again = _edited(monkeypatch)

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from paper_figures import common as C
+from paper_figures import tiers as T_
+from paper_figures import entry as E
 from paper_figures import fingerprint as F
 from paper_figures import hooks
 from paper_figures import hooks_fingerprint as H
@@ -27,7 +29,7 @@ OLD_MEMO = {"9afbf6e3787c": "9905bcdd9f071990", "9d92411d5e03": "9905bcdd9f07199
 
 @pytest.fixture(autouse=True)
 def _own_args(monkeypatch, tmp_path):
-    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
     monkeypatch.setattr(R, "_UNFINGERPRINTED", set())
 
 
@@ -36,7 +38,7 @@ def test_deterministic_blind_to_the_source_hash_and_sees_a_scaled_radius(monkeyp
     parts = {}
     a = H.hooks_fingerprint("mnist", cases=["fedavg"], parts=parts)
     assert len(a) == 16 and int(a, 16) >= 0 and parts["fired"]["fedavg"]["sharpness:round"] >= 2
-    monkeypatch.setattr(R, "hooks_source_hash", lambda tag: "another-string")
+    monkeypatch.setattr(E, "hooks_source_hash", lambda tag: "another-string")
     assert H.hooks_fingerprint("mnist", cases=["fedavg"]) == a          # same code: same fingerprint
     monkeypatch.setattr(hooks, "SHARP_RHO", hooks.SHARP_RHO * (1 + 1e-6))   # mnist_hooks reads it at call time
     assert H.hooks_fingerprint("mnist", cases=["fedavg"]) != a          # a radius scaled by 1e-6 is seen
@@ -102,9 +104,9 @@ def computed(monkeypatch):
 
 
 def _edited(monkeypatch, hooks_source="edited-h", source=None, tag=TAG):
-    monkeypatch.setattr(R, "hooks_source_hash", lambda t: hooks_source)
+    monkeypatch.setattr(E, "hooks_source_hash", lambda t: hooks_source)
     if source is not None:
-        monkeypatch.setattr(R, "training_source_hash", lambda: source)
+        monkeypatch.setattr(E, "training_source_hash", lambda: source)
     return R.tasks([(TINY, 0, tag)], "quick")[0]
 
 
@@ -164,7 +166,7 @@ def test_an_old_memo_without_hooks_entries(trained, computed, monkeypatch):
     (root / F.MEMO).write_text(json.dumps(OLD_MEMO, indent=1, sort_keys=True) + "\n")
     assert F.read_memo(root) == OLD_MEMO
     (entry / "key.json").write_text(json.dumps({**trained["key"], "source": "9afbf6e3787c"}))   # trained by old code
-    monkeypatch.setattr(R, "training_source_hash", lambda: "9d92411d5e03")
+    monkeypatch.setattr(E, "training_source_hash", lambda: "9d92411d5e03")
     same_hooks = R.tasks([(TINY, 0, TAG)], "quick")[0]
     assert R.status(same_hooks) == "done" and computed == {"training": [], "hooks": []}
     changed = _edited(monkeypatch)

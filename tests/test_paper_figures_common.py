@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from paper_figures import common as C
+from paper_figures import tiers as T_
 
 
 def test_mean_std():
@@ -42,7 +43,7 @@ def test_rows_carry_the_claim_and_the_table_its_words():
 
 @pytest.fixture(autouse=True)
 def _own_args(monkeypatch):
-    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS))          # parse_args's settings stay inside each test
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS))          # parse_args's settings stay inside each test
 
 
 def test_train_seeds_caches_by_config(tmp_path, monkeypatch):

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from paper_figures import common as C
+from paper_figures import tiers as T_
+from paper_figures import entry as E
 from paper_figures import runs as R
 
 TINY = {"algo": "fedavg", "clients": 4, "rounds": 6, "eval_train_samples": 100, "ckpt_every": 2}
@@ -21,7 +23,7 @@ TINY = {"algo": "fedavg", "clients": 4, "rounds": 6, "eval_train_samples": 100, 
 
 @pytest.fixture(autouse=True)
 def _own_args(monkeypatch, tmp_path):
-    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
 
 
 def _mtimes(root: Path) -> dict:
@@ -47,14 +49,14 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     def kill(event, run, ctx, x):
         if event == "round" and run.t == 5:
             raise KeyboardInterrupt                             # as if the process were killed in round 5
-    monkeypatch.setattr(R, "hooks_for", lambda tag, seed: [kill])
+    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [kill])
     with pytest.raises(KeyboardInterrupt):
         R.ensure(task)
     entry = Path(task["path"])
     assert R.status(task) == "partial" and not (entry / "done.json").exists()
     assert torch.load(entry / "run" / "ckpt" / "last.pt", weights_only=True)["round"] == 4
     monkeypatch.undo()
-    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
     assert R.ensure(task)["status"] == "done"
     assert json.loads((entry / "done.json").read_text())["resumed"] is True
     from fedlab_analysis.trainers.loop import train
@@ -71,7 +73,7 @@ def test_a_changed_training_source_or_config_trains_again(monkeypatch):
     task = R.tasks([(TINY, 0, "")], "quick")[0]
     R.ensure(task)
     assert R.status(task) == "done"
-    monkeypatch.setattr(R, "training_source_hash", lambda: "edited")
+    monkeypatch.setattr(E, "training_source_hash", lambda: "edited")
     again = R.tasks([(TINY, 0, "")], "quick")[0]
     assert again["path"] == task["path"] and R.status(again) == "new"     # same entry, stale key
     R.ensure(again)
@@ -89,7 +91,7 @@ def test_a_changed_hook_source_recomputes_tagged_runs_only(monkeypatch):
     for t in (tagged, plain):
         R.ensure(t)
     assert R.status(tagged) == R.status(plain) == "done"
-    monkeypatch.setattr(R, "hooks_source_hash", lambda tag: "edited")
+    monkeypatch.setattr(E, "hooks_source_hash", lambda tag: "edited")
     tagged2, plain2 = R.tasks([(TINY, 0, "consensus"), (TINY, 0, "")], "quick")
     assert tagged2["path"] == tagged["path"] and R.status(tagged2) == "new"     # same entry, stale key
     assert plain2 == plain and R.status(plain2) == "done"

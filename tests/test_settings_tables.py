@@ -136,13 +136,13 @@ def test_a_trained_model_claim_short_of_the_paper_horizon_is_not_judged(monkeypa
     reason; its oscillation claim (the course of training) stays judged; the quick tier and a script at the paper's
     horizon are untouched."""
     rows = json.loads((C.OUT / "mnist" / "fedcm_table3_alpha" / "data.json").read_text())["table"]
-    out = C.past_horizon("fedcm_table3_alpha", rows, "mnist")
+    out = S.past_horizon("fedcm_table3_alpha", rows, "mnist")
     for r, o in zip(rows, out):
         if C.CLAIMS[r["claim"]].at_convergence and r["verdict"] != "not measured":
             assert o["verdict"] == "not measured" and S.SHORT in o["note"] and o["measured"] == r["measured"]
         else:
             assert o == r
     assert any(C.CLAIMS[r["claim"]].at_convergence for r in rows) and any(o != r for r, o in zip(rows, out))
-    assert C.past_horizon("fedcm_table3_alpha", rows, "quick") == rows
+    assert S.past_horizon("fedcm_table3_alpha", rows, "quick") == rows
     monkeypatch.setitem(C.MNIST_BASE, "rounds", 4000)             # the paper's horizon: judged
-    assert C.past_horizon("fedcm_table3_alpha", rows, "mnist") == rows
+    assert S.past_horizon("fedcm_table3_alpha", rows, "mnist") == rows

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from paper_figures import common as C
+from paper_figures import tiers as T_
 from paper_figures import runs as R
 from paper_figures import tier as T
 from test_guard import call
@@ -62,7 +63,7 @@ def entry(trained, tmp_path, monkeypatch):
     """A fresh copy of the trained cache, with --out pointing at it; returns (task, entry path, matched name)."""
     src, name, matched = trained
     shutil.copytree(src, tmp_path / "out")
-    monkeypatch.setattr(C, "_ARGS", dict(C._ARGS, out=tmp_path / "out"))
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
     task = R.tasks([(TINY, 0, "")], "quick")[0]
     assert Path(task["path"]).name == name
     return task, Path(task["path"]), matched

@@ -12,6 +12,7 @@ import pytest
 
 from fedlab_analysis.errors import UserError
 from paper_figures import verdict as V
+from paper_figures import family as F
 from paper_figures.claims import CLAIMS, Claim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,13 +112,13 @@ def test_a_predicted_divergence_counts_for_the_claim():
 
 @pytest.fixture(scope="module")
 def fam():
-    return V.family(OUT)
+    return F.family(OUT)
 
 
 def test_a_predicted_divergence_round_trips_outside_the_family(tmp_path, monkeypatch):
     """A run that diverged while the effect stayed finite (a late-accuracy mean over rounds before the blow-up):
     the row is re-derived from curves.json, reproduced, and no test of the family."""
-    monkeypatch.setattr("paper_figures.tier.TOY", ())
+    monkeypatch.setattr("paper_figures.claims.TOY", ())
     div = CLAIMS["fedinit.fig1.diverges"]
     runs = [run(FLAT_ACC, FLAT_LOSS, 0), run(FLAT_ACC, FLAT_LOSS, 1, diverged="loss is nan at round 40"),
             run(FLAT_ACC, FLAT_LOSS, 2), run(FLAT_ACC, FLAT_LOSS, 3)]
@@ -129,7 +130,7 @@ def test_a_predicted_divergence_round_trips_outside_the_family(tmp_path, monkeyp
     (d / "data.json").write_text(json.dumps({"table": rows}))
     (d / V.CURVES).write_text(json.dumps({"runs": {r["id"]: {**r["curve"], "seed": 0, "diverged": r["diverged"]}
                                                    for r in runs}}))
-    got = {r["row"]: r for r in V.family(tmp_path)["quick"]}
+    got = {r["row"]: r for r in F.family(tmp_path)["quick"]}
     assert got["beta 3"]["raw"] == V.REPRODUCED and got["beta 3"]["p"] is None and got["beta 3"]["curves"] == "checked"
     assert got["K"]["p"] is not None
 
@@ -202,8 +203,8 @@ def test_one_changed_curve_number_or_flag_is_caught(tmp_path, what):
             r["diverged"] = "loss is nan at round 7"
         cf.write_text(json.dumps(c))
     with pytest.raises(UserError, match=f"{f.parent.name}/data.json: row {i} .*does not recompute"):
-        V.family(root)
-    assert V.render(V.family(copy_tree(tmp_path / "fresh"))) == (OUT / "verdicts.md").read_text()
+        F.family(root)
+    assert F.render(F.family(copy_tree(tmp_path / "fresh"))) == (OUT / "verdicts.md").read_text()
 
 
 def test_a_changed_baseline_seed_moves_the_margin_and_is_caught(tmp_path):
@@ -214,7 +215,7 @@ def test_a_changed_baseline_seed_moves_the_margin_and_is_caught(tmp_path):
     d["table"][i]["baseline"][0] += 0.01
     f.write_text(json.dumps(d))
     with pytest.raises(UserError, match=f"{f.parent.name}/data.json: row {i} .*does not recompute"):
-        V.family(root)
+        F.family(root)
 
 
 def test_a_missing_curves_file_is_named(tmp_path):
@@ -224,4 +225,4 @@ def test_a_missing_curves_file_is_named(tmp_path):
     (f.parent / V.CURVES).unlink()
     with pytest.raises(UserError, match=f"{f.parent.name}/data.json: row {j} .*names its runs, but .*{V.CURVES} is "
                                         f"missing"):
-        V.family(root)
+        F.family(root)

@@ -12,6 +12,7 @@ import pytest
 
 from fedlab_analysis.errors import UserError
 from paper_figures import verdict as V
+from paper_figures import family as F
 from paper_figures.claims import CLAIMS, Claim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ def write(root: Path, name: str, data: dict) -> None:
 
 
 def test_every_outcome_round_trips_through_a_data_json_and_duplicates_count_once(tmp_path, monkeypatch):
-    monkeypatch.setattr("paper_figures.tier.TOY", ())
+    monkeypatch.setattr("paper_figures.claims.TOY", ())
     acc = {"m": [0.981, 0.983, 0.982], "b": [0.97, 0.971, 0.969], "chance": [0.1, 0.97, 0.98]}
     e = (np.array(acc["m"]) - np.array(acc["b"])).tolist()
     c = CLAIMS["fedinit.t6.fedavg"]
@@ -93,7 +94,7 @@ def test_every_outcome_round_trips_through_a_data_json_and_duplicates_count_once
     table = [{"row": f"r{i}", **r} for i, r in enumerate(rows)]
     write(tmp_path, "fedinit_table6", {"acc": acc, "table": table})
     write(tmp_path, "fedinit_fig2_consensus", {"table": [{"row": "dup", **V.decide(c, e)}]})
-    fam = V.family(tmp_path)["quick"]
+    fam = F.family(tmp_path)["quick"]
     got = {(r["script"], r["row"]): r for r in fam}
     assert [got["fedinit_table6", f"r{i}"]["raw"] for i in range(8)] == [
         V.DIRECTION, V.DIRECTION, V.REPRODUCED, V.COLLAPSED, V.DIVERGED, V.NOT_CONVERGED, V.INCONCLUSIVE,
@@ -109,17 +110,17 @@ def test_every_outcome_round_trips_through_a_data_json_and_duplicates_count_once
     assert dup["p_holm"] == got["fedinit_table6", "r2"]["p_holm"] == got["fedinit_table6", "r0"]["p_holm"]
     assert [got[k]["p_holm"] for k in (("fedinit_fig2_consensus", "dup"), ("fedinit_table6", "r1"),
                                        ("fedinit_table6", "r6"))] == pytest.approx(V.holm(p))
-    assert "| quick | fedinit | 5 | 3 |" in V.render({"quick": fam})
+    assert "| quick | fedinit | 5 | 3 |" in F.render({"quick": fam})
 
 
 def test_committed_verdicts_are_rederived_and_verdicts_md_is_current():
     """Every row of every committed data.json: its stored verdict, mean and interval recompute from its per-seed
     effects (exact checks from what their script stores), and paper_figures/out/verdicts.md, the raw and adjusted
-    verdicts, is what the committed files give now. Regenerate: python -m paper_figures.verdict"""
-    fam = V.family(OUT)
+    verdicts, is what the committed files give now. Regenerate: python -m paper_figures.family"""
+    fam = F.family(OUT)
     n_rows = sum(len(json.loads(p.read_text())["table"]) for p in OUT.glob("*/data.json") if p.parent.name != "mnist")
     assert len(fam["quick"]) == n_rows and len(fam["mnist"]) > 100
-    assert (OUT / "verdicts.md").read_text() == V.render(fam), "run python -m paper_figures.verdict"
+    assert (OUT / "verdicts.md").read_text() == F.render(fam), "run python -m paper_figures.family"
     rows = {(r["script"], r["row"]): r for r in fam["mnist"]}
     flatter = "FedSMOO vs FedAvg: flatter (mean rise over the plane)"      # the same runs under two papers' claims
     a, b = rows["fedsmoo_fig3_surface", flatter], rows["fedlesam_fig3_surface", flatter]
@@ -156,10 +157,10 @@ def test_one_changed_stored_number_is_caught(tmp_path, change, needle):
     f.write_text(json.dumps(d))
     if needle:
         with pytest.raises(UserError, match=f"fedcm_table3_alpha/data.json: row 0 .*{needle}"):
-            V.family(root)
+            F.family(root)
     else:
-        assert V.render(V.family(root)) != (OUT / "verdicts.md").read_text()
-    assert V.render(V.family(copy_results(tmp_path / "fresh"))) == (OUT / "verdicts.md").read_text()
+        assert F.render(F.family(root)) != (OUT / "verdicts.md").read_text()
+    assert F.render(F.family(copy_results(tmp_path / "fresh"))) == (OUT / "verdicts.md").read_text()
 
 
 def test_a_changed_exact_row_is_caught(tmp_path):
@@ -169,13 +170,13 @@ def test_a_changed_exact_row_is_caught(tmp_path):
     d["table"][0]["effect"] = 2.0                                     # FedAvg memory: 2x, the paper says 1x
     f.write_text(json.dumps(d))
     with pytest.raises(UserError, match=r"row 0 \(FedAvg memory\) is stored reproduced; its check, restated"):
-        V.family(root)
+        F.family(root)
 
 
 def test_command_writes_the_file_and_refuses_bad_output_in_one_line(tmp_path, capsys):
-    assert V.main(["--out", str(tmp_path / "v.md")]) == 0
+    assert F.main(["--out", str(tmp_path / "v.md")]) == 0
     assert (tmp_path / "v.md").read_text() == (OUT / "verdicts.md").read_text()
-    assert V.main(["--out", str(tmp_path / "no" / "v.md")]) == 2
+    assert F.main(["--out", str(tmp_path / "no" / "v.md")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --out") and err.count("\n") == 1 and not (tmp_path / "no").exists()
     assert re.search(r"\| mnist \| fedcm \| 9 \| 8 \|", (tmp_path / "v.md").read_text())
