@@ -71,7 +71,7 @@ test-notebooks: $(VENV)/.installed-dev
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/test_notebooks.py
 
 # every figure and its numbers: paper_figures/out/<name>/{fig.png,data.json}; runs are cached under out/runs/<tier>/
-FIGURES := $(sort $(filter-out common __init__ runs tier verdict family claims flatness hooks hooks_fingerprint compare_tiers fingerprint,$(basename $(notdir $(wildcard paper_figures/*.py)))))
+FIGURES := $(sort $(filter-out common __init__ runs tier tiers entry digest verdict family claims flatness hooks hooks_fingerprint compare_tiers fingerprint,$(basename $(notdir $(wildcard paper_figures/*.py)))))
 # TIER=quick (default: digits, minutes) | mnist (the real-data tier: `make data` first; trains every run of the tier
 # once, resumably, 2 at a time, in priority order, then draws each figure from the cache; see paper_figures/README_TIER.md)
 TIER ?= quick
