@@ -14,9 +14,9 @@ Each verdict compares FedLESAM with one method seed by seed (relative gap): mean
 over the last third of training, adaptive sharpness of the final model, and global sharpness at matched training
 loss (paper_figures/flatness.py). "Much smaller" is read as at most half the other's value (claims.py). FedSAM
 "could not achieve satisfactory global flatness" compared to FedAvg: FedSAM no flatter than FedAvg beyond a margin
-of ours (two seed sd of FedAvg's measure over its mean: a FedSAM clearly flatter is "opposite"). Comparisons: 19;
-the real tiers also judge FedLESAM in the released code's form (`--lesam-source last_global_update`, labelled
-"code form"): 35.
+of ours (two seed sd of FedAvg's measure over its mean: a FedSAM clearly flatter is "opposite"). Comparisons: 19. The
+real tiers also judge FedLESAM in the released code's form (`--lesam-source last_global_update`, labelled
+"code form"), 35 in all.
 
     python -m paper_figures.fedlesam_fig2_drift [--full --data-dir DIR] [--seeds 3]
 """

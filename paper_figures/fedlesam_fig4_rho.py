@@ -13,8 +13,8 @@ FedAvg" is tested at rho/eta_l = 0.01, 0.1 and 1 and the two larger ratios are r
 (no verdict). "Rises then drops": the best interior ratio (by mean) above the smallest and above the largest;
 "best about 0.1": no other ratio better than 0.1 by more than a margin of ours (two seed sd of the 0.1 arm; ties
 count as 0.1 being best).
-Comparisons: 3 + 2 + 1 = 6; the real tiers also judge FedLESAM-S in the released code's form (`--lesam-s-scale
-code --lesam-source last_global_update`, labelled "code form") at the same ratios: 12.
+Comparisons: 3 + 2 + 1 = 6. The real tiers also judge FedLESAM-S in the released code's form (`--lesam-s-scale
+code --lesam-source last_global_update`, labelled "code form") at the same ratios, 12 in all.
 
     python -m paper_figures.fedlesam_fig4_rho [--full --data-dir DIR] [--seeds 3]
 """

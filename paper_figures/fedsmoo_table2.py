@@ -14,8 +14,8 @@ decay) at the final global model, float64, on 1000 training samples. Every verdi
 seed by seed (the same partition and client draws), by the relative gap (FedSAM - FedSMOO) / FedSAM, under the
 one rule of paper_figures/verdict.py (95% t interval over seeds). Because curvature tracks the fit, the top
 eigenvalue is also compared at matched training loss and flatness by adaptive sharpness (paper_figures/flatness.py);
-each has its own row. Comparisons: 6 (Table 2) + 4 (matched fit, adaptive) + 4 (sharper at Dir-0.1) = 14; the real
-tiers also judge FedSMOO in the released code's form (`--smoo-server code`, labelled "code form"): 26.
+each has its own row. Comparisons: 6 (Table 2) + 4 (matched fit, adaptive) + 4 (sharper at Dir-0.1) = 14. The real
+tiers also judge FedSMOO in the released code's form (`--smoo-server code`, labelled "code form"), 26 in all.
 
     python -m paper_figures.fedsmoo_table2 [--full --data-dir DIR] [--seeds 3]
 """
