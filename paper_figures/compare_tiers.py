@@ -41,31 +41,46 @@ def table(pairs, a: str, b: str, changed_only: bool = False) -> str:
     return "\n".join(lines) + f"\n\n{n} of {len(pairs)} comparisons ({scripts} scripts) change verdict from {a} to {b}."
 
 
-def tasks(names, tiers=C.REAL) -> list[dict]:
+def tasks(names, tiers=C.REAL, fam=None) -> list[dict]:
     """Per comparison of the scripts ``names``, its verdict on each real task (tier) with committed results, and on
-    how many of those it holds (reproduced): [{"script", "row", "verdicts": {tier: verdict}, "holds", "of"}]. A tier
-    whose results are absent, or where the comparison was not measured, is left out of "of" (not counted against
-    the claim)."""
+    how many of those it holds: [{"script", "row", "verdicts": {tier: verdict}, "raw", "relative", "holds", "of"}].
+    The verdict is the Holm-adjusted one where the row is in its paper's family (``family.family``; ``fam``: its
+    result, read once), else the raw one; "raw" keeps the raw verdicts, "relative" the relative error reductions.
+    It holds where it is reproduced. A tier whose results are absent, or where the comparison was not measured,
+    is left out of "of" (not counted against the claim)."""
+    from paper_figures.family import family
+    fam = family() if fam is None else fam
+    judged = {(t, r["script"], r["row"]): r for t, rs in fam.items() for r in rs if r.get("p") is not None}
     out = []
     for name in names:
         got = {t: r for t in tiers if (r := rows(name, t)) is not None}
         for row in dict.fromkeys(r for v in got.values() for r in v):
-            verdicts = {t: got[t].get(row, "absent") for t in got}
+            raw = {t: got[t].get(row, "absent") for t in got}
+            hit = {t: judged.get((t, name, row)) for t in got}
+            verdicts = {t: hit[t]["adjusted"] if hit[t] else raw[t] for t in got}
+            relative = {t: hit[t].get("relative") if hit[t] else None for t in got}
             tested = [v for v in verdicts.values() if v not in ("absent", "not measured")]
-            out.append({"script": name, "row": row, "verdicts": verdicts, "of": len(tested),
+            out.append({"script": name, "row": row, "verdicts": verdicts, "raw": raw, "relative": relative,
+                        "of": len(tested),
                         "holds": sum(v == "reproduced" for v in verdicts.values())})
     return out
 
 
-def tasks_table(names, tiers=C.REAL) -> str:
-    """Markdown: each comparison's raw verdict per real task and "holds on k of n", then the tiers not yet trained
+def _cell(r: dict, t: str) -> str:
+    v, raw, rel = r["verdicts"].get(t, "absent"), r["raw"].get(t, "absent"), r["relative"].get(t)
+    return (f"**{v}** (raw: {raw})" if v != raw else v) + ("" if rel is None else f", {100 * rel:+.3g}% of the error")
+
+
+def tasks_table(names, tiers=C.REAL, fam=None) -> str:
+    """Markdown: each comparison's verdict per real task (Holm-adjusted in its paper's family, the raw one beside
+    it where they differ; the relative reduction of test error), "holds on k of n", then the tiers not yet trained
     with the command that trains them."""
-    got = tasks(names, tiers)
+    got = tasks(names, tiers, fam)
     trained = [t for t in tiers if any(C.committed(n, t) is not None for n in names)]
     head = ["| script | comparison | " + " | ".join(C.TIERS[t]["dataset"] for t in trained) + " | holds on |",
             "|---|---|" + "---|" * len(trained) + "---|"]
-    body = [f"| {r['script']} | {r['row'].replace('|', '/')} | " + " | ".join(r["verdicts"].get(t, "absent")
-            for t in trained) + f" | {r['holds']} of {r['of']} |" for r in got]
+    body = [f"| {r['script']} | {r['row'].replace('|', '/')} | " + " | ".join(_cell(r, t) for t in trained)
+            + f" | {r['holds']} of {r['of']} |" for r in got]
     missing = [t for t in tiers if t not in trained]
     note = "".join(f"\n\n*The {t} tier ({C.TIERS[t]['dataset']}) is not trained yet:* `make figures TIER={t}` "
                    f"trains it (resumable; `python -m paper_figures.tier --tier {t} --plan` says how long)."

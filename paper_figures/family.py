@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paper_figures.tiers import REAL
 from paper_figures.verdict import (ALPHA, CHANCE_MARGIN, COLLAPSED, CURVES, DECISIVE, NOISE_MULTIPLE, OUTCOMES,  # noqa: F401
                                    adjusted, audit, holm, is_accuracy, same_test)
 
@@ -37,8 +38,11 @@ def family(root=None) -> dict:
     paper's family, one effect counted once: ``counted`` marks its first row) and ``adjusted``."""
     from paper_figures.claims import TOY
     root = Path(root) if root is not None else Path(__file__).parent / "out"
-    tiers = {"quick": sorted(p for p in root.glob("*/data.json") if p.parent.name != "mnist"),
+    tiers = {"quick": sorted(p for p in root.glob("*/data.json") if p.parent.name not in REAL),
              "mnist": sorted(root.glob("mnist/*/data.json")) + [root / t / "data.json" for t in TOY]}
+    for t in REAL[1:]:                              # a further real tier, once it has committed results
+        if any(root.glob(f"{t}/*/data.json")):
+            tiers[t] = sorted(root.glob(f"{t}/*/data.json")) + [root / x / "data.json" for x in TOY]
     out = {}
     for tier, paths in tiers.items():
         rows = [r for p in paths if p.is_file() for r in audit(p, tier, p.parent.name)]
