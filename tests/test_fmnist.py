@@ -129,15 +129,21 @@ def test_missing_data_says_which_command_to_run(small, tmp_path, monkeypatch, ca
     assert fmnist.POOL_URL in err and not (tmp_path / "cache").exists()
 
 
+def need_cache() -> None:
+    """The real cache, where ``make data`` has made it: absent, skip (an offline machine), or fail where CI ran
+    ``make data`` first (FEDLAB_REQUIRE_DATA)."""
+    npz = fmnist.root("fmnist") / fmnist.NPZ
+    if not npz.is_file():
+        if os.environ.get("FEDLAB_REQUIRE_DATA"):
+            pytest.fail(f"{npz} absent although FEDLAB_REQUIRE_DATA is set (`make data` did not make it)")
+        pytest.skip(f"{npz} absent (run `make data`)")
+
+
 def test_real_cached_copy():
     """The real files, where ``make data`` has made them: every array's IDX bytes have the official release's
     sha256 (``load`` checks them); sizes, Fashion-MNIST's balanced classes and first labels, and the mean/std
     the loader normalises with."""
-    npz = fmnist.root("fmnist") / fmnist.NPZ
-    if not npz.is_file():
-        if os.environ.get("FEDLAB_REQUIRE_DATA"):          # CI runs `make data` first: absent is a failure there
-            pytest.fail(f"{npz} absent although FEDLAB_REQUIRE_DATA is set (`make data` did not make it)")
-        pytest.skip(f"{npz} absent (run `make data`)")
+    need_cache()
     x_tr, y_tr, x_te, y_te = fmnist.load()
     assert x_tr.shape == (60000, 28, 28) and x_te.shape == (10000, 28, 28)
     assert np.bincount(y_tr).tolist() == [6000] * 10 and np.bincount(y_te).tolist() == [1000] * 10
@@ -154,11 +160,7 @@ def test_train_reads_the_cache_with_no_data_dir(tmp_path):
 
     from fedlab_analysis import train
     from fedlab_analysis.plots import read_metrics
-    npz = fmnist.root("fmnist") / fmnist.NPZ
-    if not npz.is_file():
-        if os.environ.get("FEDLAB_REQUIRE_DATA"):
-            pytest.fail(f"{npz} absent although FEDLAB_REQUIRE_DATA is set (`make data` did not make it)")
-        pytest.skip(f"{npz} absent (run `make data`)")
+    need_cache()
     out = tmp_path / "run"
     assert train.main(["--algo", "fedavg", "--dataset", "fmnist", "--clients", "10", "--local-steps", "2",
                        "--rounds", "1", "--quiet", "--out", str(out)]) == 0
