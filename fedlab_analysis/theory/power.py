@@ -4,7 +4,10 @@ Every paper module keeps
 - ``DESIGNS = {name: run(seed, **switch) -> list[Claim]}``: a check at quick sizes (restricted, where a row is
   violated as a whole, to the part of its design where the correct algorithm does not come out "violated");
 - ``POWER = {row_id: (design, (mistake, ...))}``: the mistakes the row is expected to catch, by name, from
-  ``mistakes.LIBRARY`` or the module's own ``MISTAKES`` (switches of its checks).
+  ``mistakes.LIBRARY`` or the module's own ``MISTAKES`` (switches of its checks);
+- ``TIGHTER = {row_id: ((regime, design, kwargs), ...)}`` for a loose bound: other instances the theorem's
+  conditions allow (a larger step, fewer participants, a longer horizon...), each a design called with
+  ``kwargs``; ``regime`` says in words what changed and why the theorem still applies.
 
 ``measure`` runs each design once unperturbed (the control) and once per mistake. Per row and mistake the
 outcome is
@@ -107,15 +110,45 @@ def label(c: Claim, result: dict | None, control_slack: float | None = None) -> 
     return c
 
 
+def tighter(mod, seed: int = 0, rows=None) -> dict:
+    """{row_id: {"tried": [(regime, slack)], "regime", "slack", "power"}} for the rows of ``mod.TIGHTER``: each
+    regime run once without a mistake (a violated control has no slack to report), the one of smallest slack
+    then run with the row's declared mistakes, so the report says whether the tightest instance catches any."""
+    table, out = mistake_table(mod), {}
+    for rid, regimes in getattr(mod, "TIGHTER", {}).items():
+        if rows is not None and rid not in rows:
+            continue
+        tried, ctl = [], {}
+        for regime, design, kw in regimes:
+            run = lambda s, _d=mod.DESIGNS[design], _kw=kw, **sw: _d(s, **_kw, **sw)      # noqa: E731
+            c = {r.id: r for r in M.run(run, None, seed)}[rid]
+            ok = c.verdict not in (VIOLATED, MIXED) and c.slack is not None and math.isfinite(c.slack)
+            tried.append((regime, c.slack if ok else None))
+            if ok and (not ctl or c.slack < ctl["slack"]):
+                ctl = {"regime": regime, "slack": c.slack, "run": run, "claim": c}
+        res = {}
+        for name in (declared(mod).get(rid, (None, ()))[1] if ctl else ()):
+            try:
+                broken = {r.id: r for r in M.run(ctl["run"], M.resolve([name], table)[0], seed)}[rid]
+                res[name] = outcome(ctl["claim"], broken)
+            except (RuntimeError, ValueError, FloatingPointError):
+                res[name] = DIVERGED
+        out[rid] = {"tried": tried, "regime": ctl.get("regime"), "slack": ctl.get("slack"), "power": res}
+    return out
+
+
 def annotate(claims: list[Claim], mod, seed: int = 0, run: bool = True) -> list[Claim]:
     """Declared mistakes on every row; with ``run``, measure them and label each finding by what it catches."""
     table = declared(mod)
     ids = {c.id for c in claims}
     slacks: dict = {}
     result = measure(mod, seed, rows=ids, control_slack=slacks) if run else {}
+    tight = tighter(mod, seed, rows=ids) if run else {}
     for c in claims:
         if c.id in table:
             c.mistakes = list(table[c.id][1])
         if run:
             label(c, result.get(c.id), slacks.get(c.id))
+        if c.id in tight:
+            c.details["tighter"] = tight[c.id]
     return claims
