@@ -15,8 +15,10 @@ def _design(seed, a=1.0, err=0.0, bad=False):
     if bad:                                   # a regime outside the bound: the correct run is violated
         bound = 0.5
     v = C.HOLDS if meas <= bound else C.VIOLATED
+    if a > 1000:                              # outside the theorem's condition a <= 1000: reported, never kept
+        v = C.OUTSIDE
     return [C.Claim("toy", "b", "B >= m", "Thm 1", "m <= B", f"{meas} vs {bound}", v, value=meas,
-                    slack=bound / meas, kind=C.LOOSE)]
+                    slack=bound / meas, kind=C.LOOSE, regime=C.regime_text("a <= 1000", a <= 1000))]
 
 
 def _module():
@@ -26,14 +28,15 @@ def _module():
                   "err-20": Mistake("err-20", "measured value +20", switch={"err": 20.0})}
     m.POWER = {"b": ("d", ("err-2", "err-20"))}
     m.TIGHTER = {"b": (("a = 1", "d", {"a": 1.0}), ("a = 100", "d", {"a": 100.0}), ("a = 10", "d", {"a": 10.0}),
-                       ("bad", "d", {"bad": True}))}
+                       ("bad", "d", {"bad": True}),
+                       ("a = 1e4", "d", {"a": 1e4}))}
     return m
 
 
 def test_the_smallest_slack_is_found_and_its_mistakes_run_there():
     t = power.tighter(_module())["b"]
     assert t["regime"] == "a = 100" and t["slack"] == pytest.approx(2.1)
-    assert dict(t["tried"])["bad"] is None                      # violated control: no slack
+    assert {r: s for r, s, _ in t["tried"]}["bad"] is None     # violated control: no slack
     assert t["power"] == {"err-2": power.CAUGHT, "err-20": power.CAUGHT}
     loose = power.tighter(_module(), rows={"x"})
     assert loose == {}
@@ -54,3 +57,4 @@ def test_the_report_states_the_regime_and_what_is_caught(tmp_path):
     md = C.write_report(rows, tmp_path, mistakes={"err-2": "x", "err-20": "y"}).read_text()
     line = next(ln for ln in md.splitlines() if ln.startswith("| toy | b | x"))
     assert "x2.1 | a = 100 |" in line and "bad: violated (no slack)" in line and "err-2, err-20" in line
+    assert "a = 1e4: outside the proven regime (no slack)" in line

@@ -406,15 +406,15 @@ def tighter_table(claims: list[Claim]) -> str:
     rows = [c for c in claims if "tighter" in c.details]
     if not rows:
         return ""
-    fmt = lambda x: "violated (no slack)" if x is None else f"x{x:.3g}"                  # noqa: E731
+    fmt = lambda x, v="violated": f"{v} (no slack)" if x is None else f"x{x:.3g}"         # noqa: E731
     md = ["| paper | row | slack (committed design) | smallest slack found | its regime | regimes tried | "
           "mistakes caught there |", "|---|---|---|---|---|---|---|"]
     for c in rows:
         t = c.details["tighter"]
-        tried = "; ".join(f"{r}: {fmt(s)}" for r, s in t["tried"])
+        tried = "; ".join(f"{r}: {fmt(s, v)}" for r, s, v in t["tried"])
         caught = [n for n, o in t["power"].items() if o == "caught"]
         there = ", ".join(caught) or ("none of " + ", ".join(t["power"]) if t["power"] else "not run")
-        best = "none (every regime violated)" if t["slack"] is None else fmt(t["slack"])
+        best = "none (every regime violated or outside)" if t["slack"] is None else fmt(t["slack"])
         md.append(f"| {c.paper} | {c.id} | {fmt(c.slack)} | {best} | {t['regime'] or '-'} | {tried} | {there} |")
     return "\n".join(md) + "\n"
 

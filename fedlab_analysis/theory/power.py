@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from . import mistakes as M
-from .claims import FINDING, LOOSE, MIXED, NOT_CHECKED, VACUOUS, VIOLATED, Claim
+from .claims import FINDING, LOOSE, MIXED, NOT_CHECKED, OUTSIDE, VACUOUS, VIOLATED, Claim
 
 CAUGHT, DIVERGED, INHERITED, MISSED = "caught", "diverged", "inherited", "not caught"
 
@@ -111,9 +111,10 @@ def label(c: Claim, result: dict | None, control_slack: float | None = None) -> 
 
 
 def tighter(mod, seed: int = 0, rows=None) -> dict:
-    """{row_id: {"tried": [(regime, slack)], "regime", "slack", "power"}} for the rows of ``mod.TIGHTER``: each
-    regime run once without a mistake (a violated control has no slack to report), the one of smallest slack
-    then run with the row's declared mistakes, so the report says whether the tightest instance catches any."""
+    """{row_id: {"tried": [(regime, slack, verdict)], "regime", "slack", "power"}} for the rows of
+    ``mod.TIGHTER``: each regime run once without a mistake (a violated run, or one outside the theorem's
+    conditions, has no slack to report: None), the one of smallest slack then run with the row's declared
+    mistakes, so the report says whether the tightest instance catches any."""
     table, out = mistake_table(mod), {}
     for rid, regimes in getattr(mod, "TIGHTER", {}).items():
         if rows is not None and rid not in rows:
@@ -122,8 +123,9 @@ def tighter(mod, seed: int = 0, rows=None) -> dict:
         for regime, design, kw in regimes:
             run = lambda s, _d=mod.DESIGNS[design], _kw=kw, **sw: _d(s, **_kw, **sw)      # noqa: E731
             c = {r.id: r for r in M.run(run, None, seed)}[rid]
-            ok = c.verdict not in (VIOLATED, MIXED) and c.slack is not None and math.isfinite(c.slack)
-            tried.append((regime, c.slack if ok else None))
+            ok = (c.verdict not in (VIOLATED, MIXED, OUTSIDE) and not c.regime.startswith("outside")
+                  and c.slack is not None and math.isfinite(c.slack))
+            tried.append((regime, c.slack if ok else None, c.verdict))
             if ok and (not ctl or c.slack < ctl["slack"]):
                 ctl = {"regime": regime, "slack": c.slack, "run": run, "claim": c}
         res = {}
