@@ -23,8 +23,8 @@ import torch
 
 from ..linalg import cosine
 from .claims import (FINDING, HOLDS, INCONCLUSIVE, OUTSIDE, SANITY, VACUOUS, VIOLATED, Claim, bound, each_seed,
-                     identity, judge, loglog_fit, loglog_slope, noise_tol, rate, run_steps, se_of, slack, slope,
-                     trend)
+                     identity, judge, loglog_fit, loglog_slope, noise_tol, rate, regime_text, run_steps, se_of,
+                     slack, slope, trend)
 from . import rules
 from .mistakes import Mistake
 from .engine_toys import make_run
@@ -737,15 +737,16 @@ def check_flatness(n=10, het=0.8, spread=0.3, R=32, T=150, K=10, eta=0.01, beta=
 
 
 def check_mlp(n=10, T=60, K=10, eta=0.1, beta=10.0, r=0.05, dir_alpha=0.3, widths=(12, 12), seeds=(0, 1, 2),
-              margin_eps=0.1, conf=0.05, fault=None) -> list[Claim]:
+              margin_eps=0.1, conf=0.05, fault=None, m=40) -> list[Claim]:
     """T7(b) / Table 2 and T8 / Thm 4.4 on a bias-free ReLU MLP with Dirichlet label skew, one problem (data
     and init) per seed: exact Hessian lambda_max and trace of the final global models of FedSMOO and FedSAM
     after T rounds. FedSMOO "wins" a seed when both are lower, "loses" when both are higher; the claim holds
     if it wins every seed and is violated if it loses most. Thm 4.4's bound (16) is evaluated on the first
-    seed's FedSMOO model with the proof's explicit constants (Lemma C.7 and step 4)."""
+    seed's FedSMOO model with the proof's explicit constants (Lemma C.7 and step 4); it holds for any network
+    depth and width, margin eps > 0, confidence p in (0, 1) and sample size D = n m (``m`` per client)."""
     per_seed = []
     for seed in seeds:
-        prob = make_mlp_problem(n, dir_alpha=dir_alpha, widths=widths, seed=seed)
+        prob = make_mlp_problem(n, m, dir_alpha=dir_alpha, widths=widths, seed=seed)
         res = {}
         for meth in ("fedsam", "fedsmoo"):
             tr = simulate(prob, method=meth, T=T, K=K, eta=eta, beta=beta, r=r, w0=prob.theta0, seed=seed,
@@ -762,7 +763,9 @@ def check_mlp(n=10, T=60, K=10, eta=0.1, beta=10.0, r=0.05, dir_alpha=0.3, width
     lower_loss = all(x["fedsmoo"]["train_loss"] < x["fedsam"]["train_loss"] for x in per_seed)
     det = {"n": n, "T": T, "K": K, "eta": eta, "beta": beta, "r": r, "dir_alpha": dir_alpha,
            "widths": list(widths), "P": prob.d, "seeds": list(seeds), "per_seed": per_seed, "wins": wins,
-           "losses": losses, "fedsmoo_lower_train_loss_on_every_seed": lower_loss}
+           "losses": losses, "fedsmoo_lower_train_loss_on_every_seed": lower_loss, **({} if m == 40 else {"m": m})}
+    t8_regime = regime_text(f"bias-free ReLU MLP, widths {list(widths)}, margin eps {margin_eps:g} > 0, p {conf:g} "
+                            f"in (0, 1), D = {n * m} samples", margin_eps > 0 and 0 < conf < 1)
     a, b = per_seed[0]["fedsmoo"], per_seed[0]["fedsam"]
     vac = a["bound"] >= 1
     return [_claim("T7-mlp-flatness", "FedSMOO's global model has a lower Hessian lambda_max and trace than "
@@ -778,7 +781,7 @@ def check_mlp(n=10, T=60, K=10, eta=0.1, beta=10.0, r=0.05, dir_alpha=0.3, width
                    + ("; no power at this scale: a bound >= 1 on an error rate cannot fail" if vac else ""),
                    INCONCLUSIVE if vac else bound(a["test_err_s"], a["bound"]), a["bound"],
                    {**det, "vacuous": vac, "note": "a bound >= 1 on an error rate cannot be falsified"},
-                   slack=slack(a["test_err_s"], a["bound"]), kind=VACUOUS if vac else FINDING)]
+                   slack=slack(a["test_err_s"], a["bound"]), kind=VACUOUS if vac else FINDING, regime=t8_regime)]
 
 
 def pac_bayes_margin(prob, w, s, eps: float, conf: float) -> dict:
@@ -911,3 +914,12 @@ POWER = {
     "T8-genbound": ("mlp", ("no-dual", "server-sign")),
     "fig2-partition-std": ("partition", ("dirichlet-1",)),
 }
+
+# Tighter instances (theory/power.py): Thm 4.4 holds for any depth and width, margin eps > 0 and sample size D.
+TIGHTER = {"T8-genbound": (
+    ("margin eps = 1 (10x: the KL term / 100)", "mlp", {"margin_eps": 1.0}),
+    ("one hidden layer of width 4", "mlp", {"widths": (4,)}),
+    ("a one-layer (linear) network, eps = 1", "mlp", {"widths": (), "margin_eps": 1.0}),
+    ("linear, eps = 1, D = 4000 (m = 400 per client)", "mlp", {"widths": (), "margin_eps": 1.0, "m": 400}),
+    ("linear, eps = 4, D = 40000 (m = 4000 per client)", "mlp", {"widths": (), "margin_eps": 4.0, "m": 4000}),
+)}
