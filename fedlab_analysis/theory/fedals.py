@@ -629,7 +629,8 @@ def run(quick: bool = False, out_dir: Path | None = None, seed: int = 0) -> list
 # below (aggregation and participation weights, data draws: parts without a rule copy).
 MISTAKES = {m.name: m for m in (
     Mistake("loo-weight", "leave-one-out weight 1/(K-1) instead of 1/K in A(S^(k))", switch={"weight": 1 / 4}),
-    Mistake("server-one-client", "the server returns client 0's model, not the average", switch={"weights": one_client}),
+    Mistake("server-one-client", "the server returns client 0's model, not the average",
+            switch={"weights": one_client}),
     Mistake("het-ignored", "heterogeneity ignored: every client draws from the iid task whatever het says",
             switch={"het_ignored": True}),
     Mistake("minibatch-reused", "one minibatch per round, reused by all tau local steps", switch={"reuse": True}),

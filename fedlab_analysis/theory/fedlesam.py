@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ..linalg import cosine, trust_region_max, unit
-from .claims import (HOLDS, INCONCLUSIVE, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge, loglog_fit,
-                     loglog_slope, noise_tol, rate, se_of, slack, trend)
+from .claims import (HOLDS, INCONCLUSIVE, OBSERVATION, SANITY, VACUOUS, VIOLATED, Claim, bound, identity, judge,
+                     loglog_fit, loglog_slope, noise_tol, rate, se_of, slack, trend)
 from . import rules
 from .mistakes import Mistake
 from .engine_toys import make_run
