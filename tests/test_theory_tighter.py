@@ -58,3 +58,5 @@ def test_the_report_states_the_regime_and_what_is_caught(tmp_path):
     line = next(ln for ln in md.splitlines() if ln.startswith("| toy | b | x"))
     assert "x2.1 | a = 100 |" in line and "bad: violated (no slack)" in line and "err-2, err-20" in line
     assert "a = 1e4: outside the proven regime (no slack)" in line
+    assert "Counterexamples: the correct algorithm breaks the bound inside the theorem's conditions in toy b (bad)." \
+        in md

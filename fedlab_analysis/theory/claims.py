@@ -416,6 +416,11 @@ def tighter_table(claims: list[Claim]) -> str:
         there = ", ".join(caught) or ("none of " + ", ".join(t["power"]) if t["power"] else "not run")
         best = "none (every regime violated or outside)" if t["slack"] is None else fmt(t["slack"])
         md.append(f"| {c.paper} | {c.id} | {fmt(c.slack)} | {best} | {t['regime'] or '-'} | {tried} | {there} |")
+    broken = [f"{c.paper} {c.id} ({'; '.join(r for r, _, v in c.details['tighter']['tried'] if v == VIOLATED)})"
+              for c in rows if any(v == VIOLATED for *_, v in c.details["tighter"]["tried"])]
+    if broken:
+        md += ["", "Counterexamples: the correct algorithm breaks the bound inside the theorem's conditions in "
+               + ", ".join(broken) + "."]
     return "\n".join(md) + "\n"
 
 
