@@ -16,7 +16,8 @@ Run cache (:mod:`paper_figures.runs`): one directory per run under ``<out>/runs/
 config, the hooks' ``tag``, :func:`~paper_figures.runs.training_source_hash` and, for a tagged run,
 :func:`~paper_figures.runs.hooks_source_hash`; a run whose key differs is trained again, a killed run resumes from
 its last checkpoint. Convergence: :func:`converged`. Matched fit: :func:`matched_checkpoints`. A comparison this
-tier's grid does not hold: :func:`not_in_tier`.
+tier's grid does not hold: :func:`not_in_tier`. The released code's form of a method, run beside the paper's in
+the real tiers: :func:`code_form`.
 """
 from __future__ import annotations
 
@@ -219,6 +220,39 @@ def not_in_tier(claim_id: str, label: str, missing, tier, **extra) -> dict:
     filled in."""
     why = f"not measured in this tier: {', '.join(map(str, missing))} not in the {tier_of(tier)} tier's grid"
     return row(claim_id, label, why, V.not_measured(CLAIMS[claim_id], why), **extra)
+
+
+# Code forms. Where the authors' released code differs from the paper's text and the paper's numbers came from that
+# code, a script runs the code's form beside the paper's in the real tiers (never in quick, whose CI outputs keep the
+# paper's form alone) and judges it by the same rows, each labelled "code form" and marked form="code". A script's
+# CODE = {arm: code_form(...)} lists them.
+CODE_FORM = "code form"
+
+
+def code_form(base: str, label: str, **knobs) -> tuple:
+    """One code-form arm: (the paper-form arm it changes, its label "<label> (code form)", the knobs that give the
+    released code's form, e.g. ``smoo_server="code"``)."""
+    return base, f"{label} ({CODE_FORM})", knobs
+
+
+def code_arms(code: dict, tier) -> dict:
+    """{arm: label} of the code forms in ``code`` that ``tier`` trains: all of them in every tier but quick."""
+    return {k: v[1] for k, v in code.items()} if tier_of(tier) != "quick" else {}
+
+
+def code_hp(arm: str, code: dict, hp) -> dict:
+    """``arm``'s run overrides: ``hp(arm)`` for a paper-form arm; for a code form, its base's ``hp(base)`` with the
+    code's knobs."""
+    if arm not in code:
+        return hp(arm)
+    base, _, knobs = code[arm]
+    return {**hp(base), **knobs}
+
+
+def code_mark(arm: str, code: dict) -> tuple[str, dict]:
+    """(the row label's tail, the row's extra fields) of a comparison made with ``arm``: ("", {}) for the paper's
+    form, (" [<label>]", {"form": "code"}) for a code form."""
+    return (f" [{code[arm][1]}]", {"form": "code"}) if arm in code else ("", {})
 
 
 def interior_peak(grid, acc: dict, runs: dict, claims: tuple[str, str], label: str, key: str):

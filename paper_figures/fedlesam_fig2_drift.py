@@ -44,13 +44,15 @@ QUICK_TAG = f"drift,sharpness-ascent5-rho{SHARP_RHO}"   # the hooks of the quick
 MNIST_RHO = {"fedavg": None, "fedsam": 0.01, "mofedsam": 0.1, "fedgamma": 0.1, "fedsmoo": 0.1, "fedlesam": 0.01}
 # the real tiers also run FedLESAM in the released code's form (it perturbs along the last global update,
 # `--lesam-source last_global_update`; the paper's numbers came from that code), judged by the same rows, labelled
-CODE = {"fedlesam-code": ("fedlesam", "FedLESAM (code form)", dict(lesam_source="last_global_update"))}
+CODE = {"fedlesam-code": C.code_form("fedlesam", "FedLESAM", lesam_source="last_global_update")}
 
 
 def hp(algo: str, tier) -> dict:
-    if algo in CODE:
-        base, _, extra = CODE[algo]
-        return {**hp(base, tier), **extra}
+    """A method's run overrides in ``tier`` (a code form's: its base's with the code's knobs)."""
+    return C.code_hp(algo, CODE, lambda a: _hp(a, tier))
+
+
+def _hp(algo: str, tier) -> dict:
     if C.protocol(tier) != "mnist":
         return {"algo": algo, **HP, **({"rho": RHO[algo]} if algo in RHO else {})}
     rho = MNIST_RHO[algo]
@@ -62,7 +64,7 @@ def algos(tier) -> dict:
     """The methods a tier trains: the mnist tier drops MoFedSAM and FedGAMMA; every real tier adds CODE."""
     out = {a: n for a, n in ALGOS.items() if a not in ("mofedsam", "fedgamma")} if C.protocol(tier) == "mnist" \
         else dict(ALGOS)
-    return {**out, **({k: v[1] for k, v in CODE.items()} if C.tier_of(tier) != "quick" else {})}
+    return {**out, **C.code_arms(CODE, tier)}
 
 
 def run_list(tier, seeds) -> list:
@@ -116,7 +118,7 @@ def compute(seeds=3, tier="quick"):
                      f"smaller adaptive sharpness (rho={FL.RHO}, eta={FL.ETA})"),
                     ("sharpness_matched", "fedlesam.fig2.sharpness", "smaller global sharpness at matched train loss"))
         for me in ("fedlesam", *(g for g in CODE if g in trained)):   # the paper's form, then the code's
-            tail, form = ("", {}) if me == "fedlesam" else (f" [{trained[me]}]", {"form": "code"})
+            tail, form = C.code_mark(me, CODE)
             if a not in trained:
                 table += [C.not_in_tier(cid, f"FedLESAM {what} than {ALGOS[a]}{tail}", [ALGOS[a]], tier, key=key,
                                         other=a, **form) for key, cid, what in measures]

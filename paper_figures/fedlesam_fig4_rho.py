@@ -35,12 +35,12 @@ MNIST_RATIOS = RATIOS
 # the real tiers also run FedLESAM-S in the released code's form (its correction scaled by lamb, `--lesam-s-scale
 # code`, and its perturbation along the last global update, `--lesam-source last_global_update`; the paper's numbers
 # came from that code) at the same ratios, judged in its own rows labelled "code form"
-CODE = {"code": dict(lesam_s_scale="code", lesam_source="last_global_update")}
+CODE = {"code": C.code_form("fedlesam-s", "FedLESAM-S", lesam_s_scale="code", lesam_source="last_global_update")}
 
 
 def forms(tier) -> dict:
     """{suffix: overrides}: the paper's form (""), and in the real tiers the code's."""
-    return {"": {}, **(CODE if C.tier_of(tier) != "quick" else {})}
+    return {"": {}, **{f: CODE[f][2] for f in C.code_arms(CODE, tier)}}
 
 
 def ratios(tier) -> tuple:
@@ -66,7 +66,7 @@ def compute(seeds=3, tier="quick"):
     avg = acc("fedavg", {"algo": "fedavg"})
     table, by_form = [], {}
     for form, extra in forms(tier).items():
-        tail, mark = (" [code form]", {"form": form}) if form else ("", {})
+        tail, mark = C.code_mark(form, CODE)
         les = by_form[form] = {q: acc((form, q), {"algo": "fedlesam-s", "rho": q * lr, **extra}) for q in RATIOS}
         runs = {q: got[form, q] for q in RATIOS}
         for q in IN_REGIME:
@@ -103,8 +103,7 @@ def compute(seeds=3, tier="quick"):
     a.errorbar(RATIOS, ms[:, 0], ms[:, 1], marker="o", capsize=3, color="k", label="FedLESAM-S")
     for f in (f for f in by_form if f):                       # the released code's form, where run
         mc = np.array([C.mean_std(100 * by_form[f][q]) for q in RATIOS])
-        a.errorbar(RATIOS, mc[:, 0], mc[:, 1], marker="s", capsize=3, color="C9", ls=":",
-                   label="FedLESAM-S (code form)")
+        a.errorbar(RATIOS, mc[:, 0], mc[:, 1], marker="s", capsize=3, color="C9", ls=":", label=CODE[f][1])
     m0, s0 = C.mean_std(100 * avg)
     a.axhline(m0, color="0.5", ls="--", label=f"FedAvg {m0:.1f} ± {s0:.1f}")
     a.axhspan(m0 - s0, m0 + s0, color="0.5", alpha=0.15, lw=0)

@@ -39,7 +39,7 @@ HP = dict(rho=0.05, lamb=0.1)                    # FedSMOO Table 5's r and 1/bet
 MNIST = {"fedsam": dict(rho=0.01), "fedsmoo": dict(rho=0.1, lamb=0.1)}
 # the real tiers also run FedSMOO in the authors' released code's form (its server perturbation averages mu_i alone,
 # `--smoo-server code`; the paper's numbers came from that code) and judge it against FedSAM, labelled
-CODE = {"fedsmoo-code": ("fedsmoo", "FedSMOO (code form)", dict(smoo_server="code"))}
+CODE = {"fedsmoo-code": C.code_form("fedsmoo", "FedSMOO", smoo_server="code")}
 ROWS = {"consistency": "consistency (1/n) sum ||w_i - w^t||^2", "lam1": "Hessian top eigenvalue",
         "trace": "Hessian trace"}
 PAPER = {"consistency": {0.6: (0.866, 0.821), 0.1: (1.245, 1.061)},      # (FedSAM, FedSMOO)
@@ -74,12 +74,11 @@ def hp(algo: str, tier) -> dict:
 
 def arms(tier) -> dict:
     """{arm: label}: FedSAM and FedSMOO; in the real tiers FedSMOO's code form too (CODE)."""
-    return {**ALGOS, **({k: v[1] for k, v in CODE.items()} if C.tier_of(tier) != "quick" else {})}
+    return {**ALGOS, **C.code_arms(CODE, tier)}
 
 
 def arm_cfg(arm: str, alpha: float, tier) -> dict:
-    algo, _, extra = CODE.get(arm, (arm, None, {}))
-    return {"algo": algo, "dir_alpha": alpha, **hp(algo, tier), **extra}
+    return C.code_hp(arm, CODE, lambda a: {"algo": a, "dir_alpha": alpha, **hp(a, tier)})
 
 
 def run_list(tier, seeds) -> list:
@@ -112,27 +111,27 @@ def compute(seeds=3, tier="quick") -> tuple[dict, object]:
     res, runs = {k: v[0] for k, v in both.items()}, {k: v[1] for k, v in both.items()}
     table = []
     smoos = [g for g in ARMS if g != "fedsam"]                 # FedSMOO, and its code form (labelled) where run
-    tail = lambda g: "" if g == "fedsmoo" else f" [{ARMS[g]}]"  # noqa: E731
     for key, label in ROWS.items():
         for a in ALPHAS:
             for g in smoos:
+                tail, form = C.code_mark(g, CODE)
                 sam, smoo = (np.array([r[key] for r in res[a, x]]) for x in ("fedsam", g))
                 v = V.decide(C.CLAIMS[CLAIM_OF[key]], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, g])
                 p_sam, p_smoo = PAPER[key][a]
-                table.append(C.row(CLAIM_OF[key], f"{label}, Dir-{a}: FedSMOO below FedSAM{tail(g)}",
+                table.append(C.row(CLAIM_OF[key], f"{label}, Dir-{a}: FedSMOO below FedSAM{tail}",
                                    f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')} (paper: "
                                    f"{p_sam:g} vs {p_smoo:g}, gap {(p_sam - p_smoo) / p_sam:.0%})", v, dir=a,
-                                   key=key, **({"form": "code"} if tail(g) else {})))
+                                   key=key, **form))
     for a in ALPHAS:                             # flatness not confounded with fit (module flatness)
         for g in smoos:
-            form = {"form": "code"} if tail(g) else {}
+            tail, form = C.code_mark(g, CODE)
             table.append(FL.matched_row("fedsmoo.t2.lam1", f"Hessian top eigenvalue, Dir-{a}: FedSMOO below "
-                                                           f"FedSAM{tail(g)}", runs[a, "fedsam"], runs[a, g])
+                                                           f"FedSAM{tail}", runs[a, "fedsam"], runs[a, g])
                          | {"dir": a, "key": "lam1_matched", **form})
             sam, smoo = ([r["adaptive"] for r in res[a, x]] for x in ("fedsam", g))
             v = V.decide(C.CLAIMS["fedsmoo.t2.flat"], FL.rel_gap(sam, smoo), runs[a, "fedsam"] + runs[a, g])
             table.append(C.row("fedsmoo.t2.flat", f"Dir-{a}: FedSMOO flatter than FedSAM, adaptive sharpness "
-                                                  f"(rho={FL.RHO}, eta={FL.ETA}){tail(g)}",
+                                                  f"(rho={FL.RHO}, eta={FL.ETA}){tail}",
                                f"FedSAM {C.pm(sam)} vs FedSMOO {C.pm(smoo)}; gap {V.fmt(v, 100, '%')}", v, dir=a,
                                key="adaptive", **form))
     for key, cid in (("lam1", "fedsmoo.t2.lam1_dir"), ("trace", "fedsmoo.t2.trace_dir")):

@@ -199,6 +199,39 @@ def test_every_script_run_list_resolves_in_every_tier():
     assert main and all(t["tag"] == "mnist" for t in main)        # one hook set: shared across scripts
 
 
+def test_real_tiers_run_each_code_form_beside_its_paper_form_and_quick_none():
+    """Every script with code forms (a CODE of common.code_form): in each real tier its run list holds every code
+    form, its knobs at the released code's values, each run beside its paper-form twin (the same config with the
+    knobs at their defaults), so the same rows judge both; FedInit Fig. 1's over the whole beta grid. The quick
+    tier's run list holds no code form (its CI outputs keep the paper's form alone)."""
+    import importlib
+
+    from fedlab_analysis.config import RunConfig
+    from paper_figures import tier
+    with_code = {}
+    for name in tier.ORDER:
+        mod = importlib.import_module(f"paper_figures.{name}")
+        if hasattr(mod, "CODE"):
+            with_code[name] = mod
+    assert {"fedsmoo_table2", "fedlesam_fig2_drift", "fedlesam_fig4_rho", "fedsmoo_fig3_surface",
+            "fedsmoo_table8_ablation", "fedlesam_fig3_surface", "fedinit_fig1_sensitivity"} <= set(with_code)
+    for name, mod in with_code.items():
+        for t in ("quick", "mnist", "fmnist", "full"):
+            cfgs = [C.config(ov, s, t).to_dict() for ov, s, _ in mod.run_list(t, 1)]
+            for arm, (base, label, knobs) in mod.CODE.items():
+                assert label.endswith("(code form)") and knobs, (name, arm)
+                code = [c for c in cfgs if all(c[k] == v for k, v in knobs.items())]
+                if t == "quick":
+                    assert not code, (name, t, arm)
+                    continue
+                assert code, (name, t, arm)
+                for c in code:
+                    twin = {**c, **{k: getattr(RunConfig, k) for k in knobs}}
+                    assert twin in cfgs, (name, t, arm, "no paper-form twin")
+                if name == "fedinit_fig1_sensitivity":
+                    assert sorted(c["beta"] for c in code) == sorted(mod.grids(t)[2]), (name, t)
+
+
 def test_theory_report_recomputed_when_the_package_source_changes(tmp_path, monkeypatch):
     import subprocess
     calls = []
@@ -258,6 +291,8 @@ def test_every_script_runs_its_tier_path_on_tiny_digits(tier_name, tmp_path, mon
         assert n == d["n_comparisons"] == len(d["table"]), name
         for t in d["table"]:
             assert t["verdict"] in C.VERDICTS, (name, t)
+            if t.get("form") == "code":                         # a code form's row says so; none in quick
+                assert tier_name != "quick" and "(code form)" in t["row"], (name, t)
             if t["measured"].startswith("not measured in this tier"):
                 assert t["verdict"] == "not measured" and "mnist tier's grid" in t["measured"], (name, t)
         trimmed = [t for t in d["table"] if t["measured"].startswith("not measured in this tier")]
@@ -323,7 +358,7 @@ def test_full_tier_plans_without_data_and_trains_on_cifar_files(tmp_path, monkey
     from tests.test_data import write_cifar10
     assert T.main(["--tier", "full", "--plan", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert "GPU-hours" in out and R.CARD in out and "of 294 runs done" in out
+    assert "GPU-hours" in out and R.CARD in out and "of 324 runs done" in out
     write_cifar10(tmp_path / "cifar" / "cifar-10-batches-py", np.random.default_rng(0), n=40)
     monkeypatch.setitem(C.TIERS, "full", {**C.TIERS["full"], "model": "cnn", "rounds": 2, "clients": 4,
                                           "active_ratio": 0.5, "local_epochs": 1, "batch_size": 20,
