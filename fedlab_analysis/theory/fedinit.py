@@ -355,11 +355,14 @@ def _zeta(a2, b2, eta, K, L, beta):
     return 0.5 - 6 * x - 114 * gam * x * beta ** 2 - 6 * x * eta * K * L, gam
 
 
-def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200, seed=0) -> Claim:
+def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200, seed=0, mu=0.1,
+                              N: int | None = None) -> Claim:
     """Theorem 19 (A1, A4, A6): (1/T) sum_t Delta^t <= 114 g_b a^2 b^2 eta K D / (zeta T). Interpolation toy:
     distinct Hessians with one shared minimiser, GD (a = 1), b^2 = max_i ||A_i A_bar^-1||^2 exactly (A6 on
-    all of R^d). eta is set so that zeta = zeta_target at beta = 0; regime: beta < 1/sqrt(39), zeta > 0."""
-    base = make_quadratics(C, d, shared=False, L=1.0, mu=0.1, spread=0.0, seed=seed)
+    all of R^d). eta is set so that zeta = zeta_target at beta = 0; regime: beta < 1/sqrt(39), zeta > 0.
+    Knobs of the toy (for tighter instances, theory/power.py): ``mu`` the Hessians' smallest eigenvalue (L = 1),
+    ``N`` the clients per round (None: all C)."""
+    base = make_quadratics(C, d, shared=False, L=1.0, mu=mu, spread=0.0, seed=seed)
     prob = HeteroQuadratics(base.A, torch.ones(C, d, dtype=DT))            # shared optimum c_i = 1
     L, a2 = prob.L, 1.0
     b2 = float(torch.linalg.matrix_norm(prob.A @ torch.linalg.inv(prob.A_bar), 2).max() ** 2)
@@ -367,7 +370,7 @@ def check_interpolation_thm19(C=10, d=5, K=5, beta=0.05, zeta_target=0.25, T=200
     eta = x / (K * L)
     zeta, gam = _zeta(a2, b2, eta, K, L, beta)
     w0 = torch.zeros(d, dtype=DT)
-    r = simulate(prob, beta=beta, K=K, eta=eta, T=T, seed=seed, w0=w0)
+    r = simulate(prob, beta=beta, K=K, eta=eta, T=T, N=N, seed=seed, w0=w0)
     D = float(prob.f(w0) - prob.f_star)
     lhs = float(r["Delta"][:T].mean())
     rhs = 114 * gam * a2 * b2 * eta * K * D / (zeta * T) if zeta > 0 else math.inf
@@ -652,8 +655,8 @@ def check_thm6_thm9(C=10, d=5, K=5, N=5, beta=0.05, zeta_target=0.25, T=300, R=8
                    {**det, "lhs": lhs9, "rhs": rhs9}, regime=reg, slack=slack(lhs9, rhs9))]
 
 
-def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=300, R=8, seed=0,
-                     local_sign: float = 1.0) -> list[Claim]:
+def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=300, R=8, seed=0, mu=0.1, spread=1.0, r0=1.0,
+                     shift=0.0, local_sign: float = 1.0) -> list[Claim]:
     """Theorems 1 and 17 (A1, A3, A5) as a whole on shared-Hessian quadratics with additive gradient noise,
     N of C clients per round, eta = 1/(NKL), expectations over R runs. The constants are exact on this toy:
     sigma_l^2 = d sigma^2, sigma_g^2 = (1/C) sum_i ||A (c_i - c)||^2, sigma = sigma_l^2 + 6 K sigma_g^2,
@@ -669,11 +672,16 @@ def check_thm1_thm17(C=20, d=5, K=5, N=5, beta=0.05, sigma=0.3, T=300, R=8, seed
                       + 13 b^2 k_b lambda mu eta K T L/N * RHS_11(lambda),
     with the PL constant in the paper's form mu (f - f*) <= ||grad f||^2 (mu = 2 lambda_min(A)); its RHS is
     not monotone in lambda, so it is judged at the lambda in (0, 1/2] where it is smallest (two-sided).
+    Knobs of the toy (for tighter instances, theory/power.py): ``mu`` the Hessian's smallest eigenvalue (L = 1),
+    ``spread`` the clients' heterogeneity (centres ~ N(0, spread^2 I)), ``shift`` added to every centre (w* away
+    from 0, where a weight decay would move the fixed point), ``r0`` the start w^0 = w* + r0.
     ``local_sign = -1`` (a perturbation) flips the sign of the local step."""
-    prob = make_quadratics(C, d, shared=True, L=1.0, mu=0.1, seed=seed)
+    prob = make_quadratics(C, d, shared=True, L=1.0, mu=mu, spread=spread, seed=seed)
+    if shift:
+        prob = HeteroQuadratics(prob.A, prob.b + shift)
     L, lam = prob.L, 0.5
     eta = 1 / (N * K * L)
-    w0 = prob.x_star + 1.0
+    w0 = prob.x_star + r0
     r = simulate(prob, beta=beta, K=K, eta=local_sign * eta, T=T, N=N, batch=(R,), sigma=sigma, seed=seed, w0=w0)
     D = float(prob.f(w0) - prob.f_star)
     sl2 = d * sigma ** 2
@@ -955,9 +963,9 @@ DESIGNS = {
     "thm19": lambda seed, **kw: [check_interpolation_thm19(seed=seed, **kw)],
     "thm1_ri": lambda seed, **kw: [check_thm1_ri_term(seed=seed, **kw)],
     "lemma27": lambda seed, **kw: [check_lemma27(seed=seed, sims=5000, **kw)],
-    "stability": lambda seed, **kw: check_stability(seed=seed, pairs=8, **kw),
+    "stability": lambda seed, **kw: check_stability(seed=seed, **{"pairs": 8, **kw}),
     "split": lambda seed, **kw: check_excess_risk_split(seed=seed, **kw),
-    "thm1_thm17": lambda seed, **kw: check_thm1_thm17(seed=seed, T=100, **kw),
+    "thm1_thm17": lambda seed, **kw: check_thm1_thm17(seed=seed, **{"T": 100, **kw}),
     "thm6_thm9": lambda seed, **kw: check_thm6_thm9(seed=seed, R=4, **kw),
     "stab_CS_N": lambda seed, **kw: check_stability_CS_N(seed=seed, pairs=32, **kw),
     "tables": lambda seed, **kw: _tables(TABLE6, **kw),
@@ -992,4 +1000,63 @@ POWER = {
     "tables": ("tables", ("table6-misprint", "table6-swapped")),
     "ri-never-hurts": ("tables-held", ("table6-misprint", "table6-swapped")),
     "table7-ratios": ("overhead", ("table7-misread",)),
+}
+
+# Tighter instances (theory/power.py ``tighter``) of the bounds loose by more than x10, inside the conditions each
+# theorem states: Thms 1, 4, 17: 1 < N < C, K > 1, eta <= 1/(NKL), beta < 1/sqrt(189) (C_b), the step always the
+# largest allowed; Thm 19: those of Thms 6 and 9 (1 < N < C, K > 1, beta < 1/sqrt(39), zeta > 0; the committed design
+# runs N = C); Thm 12: beta = 0, eta_t = c/(L t), and 1 < N < C, K > 1 read from "all conditions in the optimization
+# process". No gradient noise (sigma_l = 0) and identical clients (sigma_g = 0) satisfy A3 and A5; beta stays > 0.
+# A regime where the correct algorithm comes out "violated" has no slack: it stays listed as a counterexample.
+# Low participation is where the bounds are tight and where they break: a client that sits out keeps a stale local
+# model, Delta^t averages it (Table 1), and its RI offset beta (w^t - w_i^last) is large; the proofs drop that term.
+_QUIET = {"sigma": 0.0, "spread": 0.0, "shift": 1.0}
+_Q = "no gradient noise, identical clients (w* = 1)"
+_STALE = ("N = 2 of C = 100, T = 1000, Hessian condition number 100 (mu = 0.01), the committed beta = 0.05, noise "
+          "and heterogeneity: clients sit out ~50 rounds and their stale RI offsets make FedInit diverge")
+_T17 = "thm1_thm17"
+TIGHTER = {
+    "thm1-value": (
+        ("N = 19 of 20, T = 50: the largest step 1/(NKL) is small, the D-term leads", _T17, {"N": 19, "T": 50}),
+        (f"N = 19 of 20, T = 50, {_Q}", _T17, {"N": 19, "T": 50, **_QUIET}),
+        (f"N = 19 of 20, T = 300, {_Q}", _T17, {"N": 19, "T": 300, **_QUIET}),
+        (f"N = 2 of 20, K = 2, T = 300, one curvature (mu = L = 1), {_Q}", _T17,
+         {"N": 2, "K": 2, "T": 300, "mu": 1.0, **_QUIET}),
+        (f"N = 2 of 100, T = 1000, {_Q}: stale clients make Delta^T large, which lowers the RHS", _T17,
+         {"N": 2, "C": 100, "T": 1000, **_QUIET}),
+        (_STALE, _T17, {"N": 2, "C": 100, "T": 1000, "mu": 0.01})),
+    "thm4-value": (
+        ("N = 19 of 20, T = 50: the largest step 1/(NKL) is small", _T17, {"N": 19, "T": 50}),
+        ("N = 19 of 20, T = 10: a short horizon, where e^{-lambda mu eta K T} D leads", _T17, {"N": 19, "T": 10}),
+        (f"N = 19 of 20, T = 50, {_Q}", _T17, {"N": 19, "T": 50, **_QUIET}),
+        (f"N = 19 of 20, T = 10, {_Q}", _T17, {"N": 19, "T": 10, **_QUIET}),
+        (f"N = 19 of 20, K = 2, T = 1, one curvature (mu = L = 1), {_Q}: one round, where e^{{-lambda mu eta K T}} D "
+         "is nearly (1 - eta L)^{2K} D", _T17, {"N": 19, "K": 2, "T": 1, "mu": 1.0, **_QUIET}),
+        (_STALE, _T17, {"N": 2, "C": 100, "T": 1000, "mu": 0.01})),
+    "thm17-value": (
+        ("N = 19 of 20, K = 2, T = 100, sigma = 10, beta = 0.01: the eta^2 J_b K sigma term leads", _T17,
+         {"N": 19, "K": 2, "sigma": 10.0, "beta": 0.01}),
+        (f"N = 2 of 100, T = 1000, {_Q}: Delta averages stale clients", _T17, {"N": 2, "C": 100, "T": 1000, **_QUIET}),
+        (f"N = 2 of 200, T = 1000, beta = 0.01, {_Q}", _T17, {"N": 2, "C": 200, "T": 1000, "beta": 0.01, **_QUIET}),
+        (f"N = 2 of 400, T = 1000, beta = 0.01, {_Q}", _T17, {"N": 2, "C": 400, "T": 1000, "beta": 0.01, **_QUIET}),
+        (f"N = 2 of 1000, T = 500, beta = 0.01, {_Q}: most clients never take part, so Delta^t stays near the "
+         "squared distance from w^0 to w^t while the RHS falls as 1/T", _T17,
+         {"N": 2, "C": 1000, "T": 500, "beta": 0.01, **_QUIET}),
+        (_STALE, _T17, {"N": 2, "C": 100, "T": 1000, "mu": 0.01})),
+    "thm19-interp": (
+        ("T = 2000: a long horizon, where the mean of Delta^t reaches its 1/T rate", "thm19", {"T": 2000}),
+        ("N = 5 of 10 clients per round, T = 2000", "thm19", {"N": 5, "T": 2000}),
+        ("N = 2 of 10 clients per round, T = 2000: stale clients enter Delta", "thm19", {"N": 2, "T": 2000}),
+        ("N = 2 of 20 clients per round, T = 2000", "thm19", {"N": 2, "C": 20, "T": 2000}),
+        ("N = 2 of 30 clients per round, T = 2000", "thm19", {"N": 2, "C": 30, "T": 2000}),
+        ("N = 2 of 50 clients per round, T = 2000: clients sit out ~25 rounds and their stale RI offsets make "
+         "FedInit diverge", "thm19", {"N": 2, "C": 50, "T": 2000})),
+    "thm12-bound": tuple((f"{txt}, 256 coupled pairs (a mean over 8 pairs is a lucky or unlucky draw)", "stability",
+                          {"pairs": 256, **kw}) for txt, kw in (
+        ("N = 2 of 20", {"N": 2}),
+        ("K = 2 local steps", {"K": 2}),
+        ("K = 2, N = 2 of 20: the touch probability N K t0/(CS) and the growth (T/t0)^{cKL} both small",
+         {"K": 2, "N": 2}),
+        ("K = 2, N = 2 of 20, T = 30", {"K": 2, "N": 2, "T": 30}),
+        ("K = 2, N = 2 of 20, S = 10 samples per client", {"K": 2, "N": 2, "S": 10}))),
 }
