@@ -407,15 +407,16 @@ def tighter_table(claims: list[Claim]) -> str:
     if not rows:
         return ""
     fmt = lambda x, v="violated": f"{v} (no slack)" if x is None else f"x{x:.3g}"         # noqa: E731
-    md = ["| paper | row | slack (committed design) | smallest slack found | its regime | regimes tried | "
-          "mistakes caught there |", "|---|---|---|---|---|---|---|"]
+    md = ["| paper | row | slack (the row, worst seed; its power design) | smallest slack found | its regime | "
+          "regimes tried | mistakes caught there |", "|---|---|---|---|---|---|---|"]
     for c in rows:
         t = c.details["tighter"]
         tried = "; ".join(f"{r}: {fmt(s, v)}" for r, s, v in t["tried"])
         caught = [n for n, o in t["power"].items() if o == "caught"]
         there = ", ".join(caught) or ("none of " + ", ".join(t["power"]) if t["power"] else "not run")
         best = "none (every regime violated or outside)" if t["slack"] is None else fmt(t["slack"])
-        md.append(f"| {c.paper} | {c.id} | {fmt(c.slack)} | {best} | {t['regime'] or '-'} | {tried} | {there} |")
+        own = fmt(c.slack) + (f"; {fmt(c.details['power_slack'])}" if "power_slack" in c.details else "")
+        md.append(f"| {c.paper} | {c.id} | {own} | {best} | {t['regime'] or '-'} | {tried} | {there} |")
     broken = [f"{c.paper} {c.id} ({'; '.join(r for r, _, v in c.details['tighter']['tried'] if v == VIOLATED)})"
               for c in rows if any(v == VIOLATED for *_, v in c.details["tighter"]["tried"])]
     if broken:
