@@ -139,7 +139,8 @@ def plot(res: dict):
                  f"states it and as the authors' code runs it", fontsize=9.5)
     fig.tight_layout()
     common.annotate_verdict(fig, f"{res['summary']} (95% t intervals)\n" + "\n".join(
-        f"+RI ({r}): " + "; ".join(f"{t['algo']}: {t['verdict']}" for t in res["table"] if t.get("reading") == r)
+        f"+RI ({r}): " + "; ".join(f"{'control ' * t['row'].startswith('control')}{t['algo']}: {t['verdict']}"
+                                   for t in res["table"] if t.get("reading") == r)
         for r in rd))
     return fig
 
