@@ -202,3 +202,21 @@ def test_a_sweep_probe_line_refuses_the_foreign_flags_before_training(line):
     flag = line.split()[1]
     with pytest.raises(UserError, match=re.escape(f"{flag} cannot act in a sweep's probe line")):
         sweep.parse_probes([line], "s.yaml")
+
+
+def test_the_readme_foreign_examples_run_as_written(tmp_path, monkeypatch, capsys):
+    """README's state_dict line and its Python line, as written, on a digits MLP saved as a user saves it."""
+    import re
+    import shlex
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    monkeypatch.chdir(tmp_path)
+    ds = load_dataset("digits")
+    model = build_model("mlp", ds.input_shape, ds.n_classes, widths=[64])
+    torch.save(model.state_dict(), "model.pt")
+    line = next(ln for ln in readme.splitlines() if "probe hessian model.pt" in ln)
+    assert probe.main([*shlex.split(line)[3:], "--max-iter", "20", "--quiet"]) == 0, capsys.readouterr().err
+    cell = re.search(r"```python\n(import fedlab_analysis as fl\n.*?)```", readme, re.S).group(1)
+    ns = {"model": model, "loader": (ds.x_train[:256], ds.y_train[:256])}
+    exec(cell.replace("fl.hessian(", "out = fl.hessian(", 1), ns)          # the cell's value, kept
+    assert len(ns["out"]) == 3 and ns["out"][0] >= ns["out"][-1] > 0
