@@ -65,6 +65,8 @@ def test_thm19_holds_in_regime_and_is_outside_beyond_gamma():
     assert c.verdict == HOLDS and c.details["zeta"] > 0
     out = fedinit.check_interpolation_thm19(T=20, beta=0.2)              # beta > 1/sqrt(39) = 0.160
     assert out.verdict == OUTSIDE
+    full = fedinit.check_interpolation_thm19(T=20, N=10)                 # N = C: Thm 19 takes Thms 6/9's 1 < N < C
+    assert full.verdict == OUTSIDE and "1 < N < C fails" in full.regime
 
 
 def test_thm1_ri_term_is_negligible():
