@@ -1007,8 +1007,8 @@ POWER = {
 
 # Tighter instances (theory/power.py ``tighter``) of the bounds loose by more than x10, inside the conditions each
 # theorem states: Thms 1, 4, 17: 1 < N < C, K > 1, eta <= 1/(NKL), beta < 1/sqrt(189) (C_b), the step always the
-# largest allowed; Thm 19: those of Thms 6 and 9 (1 < N < C, K > 1, beta < 1/sqrt(39), zeta > 0; the committed design
-# runs N = 5 of 10); Thm 12: beta = 0, eta_t = c/(L t), and 1 < N < C, K > 1 read from "all conditions in the optimization
+# largest allowed; Thm 19: those of Thms 6 and 9 (1 < N < C, K > 1, beta < 1/sqrt(39), zeta > 0; committed: N = 5 of
+# 10); Thm 12: beta = 0, eta_t = c/(L t), and 1 < N < C, K > 1 read from "all conditions in the optimization
 # process". No gradient noise (sigma_l = 0) and identical clients (sigma_g = 0) satisfy A3 and A5; beta stays > 0.
 # A regime where the correct algorithm comes out "violated" has no slack: it stays listed as a counterexample.
 # Low participation is where the bounds are tight and where they break: a client that sits out keeps a stale local
