@@ -235,6 +235,11 @@ def code_form(base: str, label: str, **knobs) -> tuple:
     return base, f"{label} ({CODE_FORM})", knobs
 
 
+def code_base(arm: str, code: dict) -> str:
+    """The paper-form arm a code form changes; a paper-form arm is its own base."""
+    return code[arm][0] if arm in code else arm
+
+
 def code_arms(code: dict, tier) -> dict:
     """{arm: label} of the code forms in ``code`` that ``tier`` trains: all of them in every tier but quick."""
     return {k: v[1] for k, v in code.items()} if tier_of(tier) != "quick" else {}
@@ -243,10 +248,7 @@ def code_arms(code: dict, tier) -> dict:
 def code_hp(arm: str, code: dict, hp) -> dict:
     """``arm``'s run overrides: ``hp(arm)`` for a paper-form arm; for a code form, its base's ``hp(base)`` with the
     code's knobs."""
-    if arm not in code:
-        return hp(arm)
-    base, _, knobs = code[arm]
-    return {**hp(base), **knobs}
+    return {**hp(code_base(arm, code)), **(code[arm][2] if arm in code else {})}
 
 
 def code_mark(arm: str, code: dict) -> tuple[str, dict]:

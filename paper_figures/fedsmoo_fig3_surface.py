@@ -60,7 +60,7 @@ def tier_algos(algos: dict, tier, mnist: dict, code: dict | None = None) -> dict
     """The methods of a tier: in the mnist tier those ``mnist`` lists; in the real tiers also the code forms of
     ``code`` whose base it trains (common.code_arms)."""
     out = {a: n for a, n in algos.items() if a in mnist} if C.protocol(tier) == "mnist" else algos
-    return {**out, **{k: n for k, n in C.code_arms(code or {}, tier).items() if code[k][0] in out}}
+    return {**out, **{k: n for k, n in C.code_arms(code or {}, tier).items() if C.code_base(k, code) in out}}
 SAMPLES, GRID, RANGE = 1000, 21, 0.5
 LABEL = {"center_loss": "lower minimum (centre loss)", "rise": "flatter (mean rise over the plane)",
          "adaptive": f"flatter (adaptive sharpness, rho={FL.RHO}, eta={FL.ETA})",
@@ -101,7 +101,7 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
     trained = tier_algos(algos, tier, mnist, code) if mnist is not None else algos
     algos = {**algos, **{k: v[1] for k, v in code.items()}}                       # labels, the code forms' too
     comparisons = comparisons + [(cid, b, k, key) for k in trained if k in code
-                                 for cid, b, m, key in comparisons if m == code[k][0]]
+                                 for cid, b, m, key in comparisons if m == C.code_base(k, code)]
     for algo in trained:
         runs[algo] = C.train_seeds(tier_overrides(trained, overrides, tier, mnist, per_algo, code)[algo], seeds,
                                    None, tier, tag=C.main_tag(tier))
@@ -115,7 +115,7 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
     table = []
     for cid, base_a, mine_a, key in comparisons:
         tail, form = C.code_mark(mine_a, code)
-        label = f"{algos[code[mine_a][0] if form else mine_a]} vs {algos[base_a]}"
+        label = f"{algos[C.code_base(mine_a, code)]} vs {algos[base_a]}"
         keys = [key] if key == "center_loss" else [key, "adaptive", "rise_matched"]
         missing = [algos[a] for a in (base_a, mine_a) if a not in trained]
         if missing:

@@ -63,10 +63,10 @@ def compute(seeds=3, tier="quick"):
     runs = {a: C.train_seeds(hp(a, tier), seeds, None, tier, tag=C.main_tag(tier)) for a in ARMS}
     acc = {a: np.array([r["test_acc"] for r in runs[a]]) for a in ARMS}
     table, algos = [], list(ROWS)
-    steps = list(zip(algos, algos[1:])) + [(algos[algos.index(CODE[k][0]) - 1], k) for k in ARMS if k in CODE]
+    steps = list(zip(algos, algos[1:])) + [(algos[algos.index(C.code_base(k, CODE)) - 1], k) for k in ARMS if k in CODE]
     for prev, cur in steps:
         tail, form = C.code_mark(cur, CODE)
-        cid, paper = CLAIM_OF[CODE[cur][0] if form else cur], ROWS[CODE[cur][0] if form else cur]
+        cid, paper = CLAIM_OF[C.code_base(cur, CODE)], ROWS[C.code_base(cur, CODE)]
         v = V.decide(C.CLAIMS[cid], acc[cur] - acc[prev], runs[cur] + runs[prev])
         table.append(C.row(cid, paper[0] + tail, f"gain {V.fmt(v, 100, ' points')} (paper +"
                                                  f"{paper[1] - ROWS[prev][1]:.2f}; target "
