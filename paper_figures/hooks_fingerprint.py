@@ -2,16 +2,16 @@
 the hooks' code changed (paper_figures/hooks.py, the tag's hook module, fedlab_analysis/probes/*.py:
 ``runs.hooks_source_hash``) but the numbers they write did not.
 
-:func:`hooks_fingerprint` trains a small float64 battery through the run cache's own path (``entry.train_new``, as ``runs.ensure`` trains a new entry: the tag's
-hooks from ``runs.hooks_for(tag, 0)`` followed by ``runs.MatchedFit``, as a tier run gets them) on all 1,437 training
-digits (loaded by name, so the hooks' 1,000-sample subsets are drawn from more than 1,000), MLP 64-12-10-10, 7
-clients at 60%, unequal client sizes (about 13 local steps, so the drift hook's steps 0 and 10 are both probed), 11
-rounds: every hook with ``every`` <= 5 fires at least twice. Its cases are FedAvg, FedSAM, FedLESAM, FedSMOO (the
-perturbation drift reads their ``delta``), FedAvg with relaxed initialisation (FedInit) and FedALS (persistent local
-models). It hashes, per case, the metrics rows (``seconds`` aside; the hooks' ``probes`` rows included), the final
-global weights and each matched-fit checkpoint's round and weights, every number rounded to 9 significant digits as
-:mod:`paper_figures.fingerprint` does (same reasoning: float64 round-off crosses a 9-digit boundary with a chance of
-about 1e-6 per number, a real change moves numbers far more), with ``torch.__version__``.
+:func:`hooks_fingerprint` trains a small float64 battery through the run cache's own path (``entry.train_new``, as
+``runs.ensure`` trains a new entry: the tag's hooks from ``runs.hooks_for(tag, 0)`` followed by ``runs.MatchedFit``, as
+a tier run gets them) on all 1,437 training digits (loaded by name, so the hooks' 1,000-sample subsets are drawn from
+more than 1,000), MLP 64-12-10-10, 7 clients at 60%, unequal client sizes (about 13 local steps, so the drift hook's
+steps 0 and 10 are both probed), 11 rounds: every hook with ``every`` <= 5 fires at least twice. Its cases are FedAvg,
+FedSAM, FedLESAM, FedSMOO (the perturbation drift reads their ``delta``), FedAvg with relaxed initialisation (FedInit)
+and FedALS (persistent local models). It hashes, per case, the metrics rows (``seconds`` aside; the hooks' ``probes``
+rows included), the final global weights and each matched-fit checkpoint's round and weights, every number rounded to 9
+significant digits as :mod:`paper_figures.fingerprint` does (same reasoning: float64 round-off crosses a 9-digit
+boundary with a chance of about 1e-6 per number, a real change moves numbers far more), with ``torch.__version__``.
 
 Its numbers pass through the trainer, so a hooks fingerprint recorded under training code of another behaviour
 differs too: the runs are then trained again (safe), never kept wrongly. The memo records it under

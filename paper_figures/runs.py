@@ -167,8 +167,8 @@ def damaged(task: dict) -> str | None:
 
 
 def status(task: dict) -> str:
-    """new / damaged / partial / failed / done. An entry is current when its key.json equals the task's key, or when
-    the two differ in ``source`` and/or ``hooks_source`` alone and the memo ``<root>/fingerprints.json`` gives the old and
+    """new / damaged / partial / failed / done. An entry is current when its key.json equals the task's key, or when the
+    two differ in ``source`` and/or ``hooks_source`` alone and the memo ``<root>/fingerprints.json`` gives the old and
     the new source of each the same behavioural fingerprint (:func:`same_behaviour`, :mod:`paper_figures.fingerprint`,
     :mod:`paper_figures.hooks_fingerprint`)."""
     p = Path(task["path"])

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from paper_figures import common as C
 from paper_figures import tiers as T_
 from paper_figures import entry as E
 from paper_figures import fingerprint as F

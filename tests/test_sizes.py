@@ -3,7 +3,6 @@ and an array header claiming 10^12 entries are answered at once (the estimate in
 the model on the meta device, never in memory. Each command runs in a child process under a memory limit, so a
 regression is an error, not a swapped machine."""
 import io
-import json
 import resource
 import subprocess
 import sys

@@ -328,7 +328,8 @@ def test_a_probe_line_the_probe_refuses_is_refused_before_training(line, says):
 def test_packed_sweep_equals_unpacked(tmp_path, capsys):
     """--pack auto trains the grid's runs in packs (one per worker) and says so; every run's directory holds the
     same metrics and weights as with --pack off."""
-    spec = {"base": {**TINY, "dtype": "float64", "client_parallel": "vmap"}, "grid": {"seed": [0, 1, 2], "lr": [0.05, 0.1]}}
+    spec = {"base": {**TINY, "dtype": "float64", "client_parallel": "vmap"},
+            "grid": {"seed": [0, 1, 2], "lr": [0.05, 0.1]}}
     a = sweep.run(spec, out=tmp_path / "a", workers=1)
     assert "sweep: 6 runs to train: 1 pack(s) of 6 runs trained together" in capsys.readouterr().err
     b = sweep.run(spec, out=tmp_path / "b", workers=1, pack="off")

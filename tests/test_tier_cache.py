@@ -3,7 +3,6 @@ checkpoint, run/ckpt/last.pt) made empty, garbage, a list or a folder (and a che
 line and the entry is trained again; ``paper_figures.tier --plan`` names it with the reason and trains nothing.
 The scripts and the tier runner are under the commands' guard: fedals_table2_comm --out to a place nothing can be
 written is one line, exit 2."""
-import json
 import shutil
 from pathlib import Path
 
