@@ -7,16 +7,24 @@ computes nothing.
 """
 from __future__ import annotations
 
+import re
 import sys
 
 from fedlab_analysis.cli import guard
 from paper_figures import common as C
 
 
+def key(row: str) -> str:
+    """A comparison's label without what its tier measured inside it (the matched-fit rung, the best other arm), so
+    the same comparison joins across tiers: "... at matched train loss (0.1)" -> "... at matched train loss"."""
+    return re.sub(r"best other \([^)]*\)", "best other", re.sub(r" at matched train loss \([^)]*\)",
+                                                                " at matched train loss", row))
+
+
 def rows(name: str, tier: str) -> dict | None:
-    """{comparison: verdict} of a script's committed result in ``tier`` (None where there is none)."""
+    """{comparison (``key``): verdict} of a script's committed result in ``tier`` (None where there is none)."""
     data = C.committed(name, tier)
-    return None if data is None else {t["row"]: t["verdict"] for t in data["table"]}
+    return None if data is None else {key(t["row"]): t["verdict"] for t in data["table"]}
 
 
 def compare(names, a: str = "quick", b: str = "mnist") -> list[tuple[str, str, str, str]]:
@@ -50,7 +58,7 @@ def tasks(names, tiers=C.REAL, fam=None) -> list[dict]:
     is left out of "of" (not counted against the claim)."""
     from paper_figures.family import family
     fam = family() if fam is None else fam
-    judged = {(t, r["script"], r["row"]): r for t, rs in fam.items() for r in rs if r.get("p") is not None}
+    judged = {(t, r["script"], key(r["row"])): r for t, rs in fam.items() for r in rs if r.get("p") is not None}
     out = []
     for name in names:
         got = {t: r for t in tiers if (r := rows(name, t)) is not None}
@@ -82,7 +90,10 @@ def tasks_table(names, tiers=C.REAL, fam=None) -> str:
     body = [f"| {r['script']} | {r['row'].replace('|', '/')} | " + " | ".join(_cell(r, t) for t in trained)
             + f" | {r['holds']} of {r['of']} |" for r in got]
     missing = [t for t in tiers if t not in trained]
-    note = "".join(f"\n\n*The {t} tier ({C.TIERS[t]['dataset']}) is not trained yet:* `make figures TIER={t}` "
+    note = "".join(f"\n\n*Not yet trained in the {t} tier ({C.TIERS[t]['dataset']}):* {', '.join(gap)} (their rows "
+                   f"read absent there; `python -m paper_figures.tier --tier {t} --plan` says how long)."
+                   for t in trained if (gap := [n for n in names if C.committed(n, t) is None]))
+    note += "".join(f"\n\n*The {t} tier ({C.TIERS[t]['dataset']}) is not trained yet:* `make figures TIER={t}` "
                    f"trains it (resumable; `python -m paper_figures.tier --tier {t} --plan` says how long)."
                    for t in missing)
     return ("\n".join(head + body) if got else "*No real tier has committed results for these scripts yet.*") + note

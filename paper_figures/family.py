@@ -33,7 +33,7 @@ def _duplicate(a: dict, b: dict) -> bool:
 def family(root=None) -> dict:
     """{tier: rows} over the committed data.json files under ``root`` (paper_figures/out): the quick tier's
     ``<name>/``, the mnist tier's ``mnist/<name>/`` and, in every tier, the scripts that train no tier runs
-    (tier.TOY), and in the mnist tier the controls that pair two scripts' committed arms (``settings.control_data``,
+    (tier.TOY), and in each real tier the controls that pair two scripts' committed arms (``settings.control_data``,
     script "controls"). Each row gains ``same_as`` (the rows with the same effect and test), ``p_holm`` (Holm within its
     paper's family, one effect counted once: ``counted`` marks its first row) and ``adjusted``."""
     from paper_figures.claims import TOY
@@ -46,9 +46,9 @@ def family(root=None) -> dict:
     out = {}
     for tier, paths in tiers.items():
         rows = [r for p in paths if p.is_file() for r in audit(p, tier, p.parent.name)]
-        if tier == "mnist" and rows:
+        if tier in REAL and rows:
             from paper_figures.settings import OUT as SETTINGS, control_data
-            rows += audit(SETTINGS / "controls.md", tier, "controls", control_data(root))
+            rows += audit(SETTINGS / "controls.md", tier, "controls", control_data(root, tier))
         tested = [r for r in rows if r["p"] is not None]
         groups = []                                 # one effect each: its rows, the first one heading it
         for i, a in enumerate(tested):
@@ -115,6 +115,14 @@ def render(fam: dict) -> str:
                 changed = sum(r["raw"] != r["adjusted"] for r in judged)
                 out.append(f"| {tier} | {paper} | {len(judged)} | {distinct} | {_counts(r['raw'] for r in judged)} | "
                            f"{_counts(r['adjusted'] for r in judged)} | {changed} |")
+    from paper_figures.tier import ORDER
+    for tier, rows in fam.items():
+        if tier in REAL:
+            have = {r["script"] for r in rows} & set(ORDER)
+            out.append(f"\n{tier}: {len(have)} of {len(ORDER)} trained scripts committed" + (
+                "." if len(have) == len(ORDER) else " (" + ", ".join(s for s in ORDER if s in have) + "); its families "
+                "hold only these scripts' rows (and the toys'), so each grows, and its Holm p-values with it, as the "
+                "rest are committed."))
     out += ["", "## What each verdict is re-derived from", "",
             f"Every row is recomputed from the committed files by `verdict.audit` (tests/test_verdict_family.py). "
             f"*curves*: the row names its runs; each run's flag (the convergence gate, collapse, divergence) is "

@@ -443,23 +443,34 @@ def horizon_rows(script: str) -> list[dict]:
 
 
 def horizon_marked() -> list[dict]:
-    """The committed judged rows (not "not measured") of every script whose horizon is shorter than the paper's, with
-    whether the claim is about the trained model (``Claim.at_convergence``: the rule bites) or about the course of
-    training. Read from the committed data.json files; no verdict is changed."""
+    """The committed judged rows (not "not measured") of every script whose horizon is shorter than the paper's, in
+    each real tier with a committed output, with whether the claim is about the trained model
+    (``Claim.at_convergence``: the rule bites) or about the course of training. Read from the committed data.json
+    files; no verdict is changed."""
     out = []
-    for s in ORDER:
-        if horizon_ok(s) is not False:
-            continue
-        for r in _committed(s)["table"]:
-            if r["verdict"] != V.NOT_MEASURED:
-                out.append({"script": s, "row": r["row"], "verdict": r["verdict"],
-                            "trained model": C.CLAIMS[r["claim"]].at_convergence})
+    for t in C.REAL:
+        for s in ORDER:
+            if horizon_ok(s) is not False or not _has(s, tier=t):
+                continue
+            for r in _committed(s, tier=t)["table"]:
+                if r["verdict"] != V.NOT_MEASURED:
+                    out.append({"tier": t, "script": s, "row": r["row"], "verdict": r["verdict"],
+                                "trained model": C.CLAIMS[r["claim"]].at_convergence})
     return out
 
 
 # ---- the controls, from the committed per-seed numbers ------------------------------------------------------------
-def _committed(script: str, root=None) -> dict:
-    return json.loads((Path(root or C.OUT) / TIER / script / "data.json").read_text())
+def _committed(script: str, root=None, tier=TIER) -> dict:
+    return json.loads((Path(root or C.OUT) / tier / script / "data.json").read_text())
+
+
+def _has(script: str, root=None, tier=TIER) -> bool:
+    return (Path(root or C.OUT) / tier / script / "data.json").is_file()
+
+
+def _outputs(script: str) -> str:
+    """Whether each real tier's committed output of ``script`` ran under the code's settings, one clause a tier."""
+    return "; ".join(f"{t}: {C.trained_under(script, t)[1]}" for t in C.REAL)
 
 
 CONTROLS = (   # (claim, what the control isolates, method arms, base arm); an arm: (script, reader, label)
@@ -484,17 +495,19 @@ def _arm_scripts() -> set:
     return {a[0] for _, _, arms, base in CONTROLS for a in (*arms, base)}
 
 
-def controls(root=None) -> list[dict]:
-    """Each control row: the paired per-seed effect (method minus base, in points) with its 95% t interval, the
+def controls(root=None, tier=TIER) -> list[dict]:
+    """Each control row of ``tier`` whose arms' scripts all have a committed output there: the paired per-seed effect (method minus base, in points) with its 95% t interval, the
     relative reduction of test error (verdict.interval, verdict.relative) and its claim's verdict (verdict.decide,
     no run flags: the arms' runs are known only by their committed accuracies), from the committed data.json files
     under ``root`` (default paper_figures/out). Final test accuracy of the same seeds (one partition and client draws
     per seed), except FedInit's rows, which use Table 6's late-round accuracy for both arms."""
     out = []
     for cid, what, arms, (bs, bread, blabel) in CONTROLS:
-        base = bread(_committed(bs, root))
+        if not all(_has(x, root, tier) for x in (bs, *(a[0] for a in arms))):
+            continue
+        base = bread(_committed(bs, root, tier))
         for s, read, label in arms:
-            a = read(_committed(s, root))
+            a = read(_committed(s, root, tier))
             eff = [x - y for x, y in zip(a, base)]
             m, lo, hi = V.interval(eff)
             side = "covers 0" if lo <= 0 <= hi else ("above 0" if lo > 0 else "below 0")
@@ -505,10 +518,10 @@ def controls(root=None) -> list[dict]:
     return out
 
 
-def control_data(root=None) -> dict:
-    """The controls as a data.json holds them (``verdict.audit`` reads it into the mnist tier's family): their
+def control_data(root=None, tier=TIER) -> dict:
+    """A tier's controls as a data.json holds them (``verdict.audit`` reads them into the tier's family): their
     verdict rows and, for the relative size, each row's two arms."""
-    rows = controls(root)
+    rows = controls(root, tier)
     return {"table": [r["verdict"] for r in rows],
             "arms": {f"{i}{k}": v for i, r in enumerate(rows) for k, v in zip("ab", r["arms"])}}
 
@@ -530,7 +543,7 @@ def render(script: str) -> str:
              + {True: "the tier's last-round learning rate is within a factor 10 of the paper's.",
                 False: f"**{SHORT}**: the claims are judged before the paper's schedule has annealed.",
                 None: "not checked (the paper states no schedule)."}[ok], "",
-             f"Committed output (`out/{TIER}/{script}/data.json`): {C.trained_under(script, TIER)[1]}.", "",
+             "Committed outputs (`out/<tier>/" + script + "/data.json`): " + _outputs(script) + ".", "",
              "| knob | paper | where | MNIST tier | mark | why / the authors' code |", "|---|---|---|---|---|---|"]
     for r in rs:
         ours_ = r["ours"] if isinstance(r["ours"], str) else f"{r['ours']:.2g}"
@@ -543,29 +556,31 @@ def render_index() -> str:
     lines = [f"# The papers' settings and the {TIER} tier's, per script", "",
              "Generated by `python -m paper_figures.settings`; one file per script that trains tier runs. A row "
              "marked \"differs\" is not run at the paper's value: the scripts' verdicts hold for the tier's settings.",
+             "The fmnist tier runs the same settings on Fashion-MNIST (`tiers.protocol`).",
              "", "| script | same | differs | not stated | code forms (paper only / both) | horizon | "
-             "committed output |",
+             "committed outputs |",
              "|---|---|---|---|---|---|---|"]
     for s in ORDER:
         rs = rows(s)
         n = lambda m: sum(r["mark"].split(":")[0] == m for r in rs)     # noqa: E731
         hz = {True: f"within {HORIZON_FACTOR:g}x of the paper's", False: SHORT, None: "not stated"}[horizon_ok(s)]
         lines.append(f"| [{s}]({s}.md) | {n('same')} | {n('differs')} | {n('not stated')} | "
-                     f"{n('paper form only')} / {n('both forms')} | {hz} | {C.trained_under(s, TIER)[1]} |")
+                     f"{n('paper form only')} / {n('both forms')} | {hz} | {_outputs(s)} |")
     lines += ["", "## Committed rows judged at a horizon shorter than the paper's", "",
               f"The horizon rule (`settings.horizon_ok`: the learning rate at the tier's last round within a factor "
               f"{HORIZON_FACTOR:g} of the paper's at its last round) marks these committed rows; their stored verdicts "
               f"are unchanged and stand for the tier's horizon only. A claim about the trained model is the one the "
               f"rule bites; a claim about the course of training is marked as well.", "",
-              "| script | row | committed verdict | claim about the trained model |", "|---|---|---|---|"]
+              "| tier | script | row | committed verdict | claim about the trained model |", "|---|---|---|---|---|"]
     for r in horizon_marked():
-        lines.append(f"| {r['script']} | {r['row']} | {r['verdict']} | {'yes' if r['trained model'] else 'no'} |")
+        lines.append(f"| {r['tier']} | {r['script']} | {r['row']} | {r['verdict']} | "
+                     f"{'yes' if r['trained model'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
 def render_controls() -> str:
     lines = ["# Controls computable from the committed per-seed numbers", "",
-             "Generated by `python -m paper_figures.settings` from the committed `paper_figures/out/mnist/*/data.json` "
+             "Generated by `python -m paper_figures.settings` from the committed `paper_figures/out/<tier>/*/data.json` "
              "files alone (no run trained). Each row pairs two arms seed by seed (the same partition and client "
              "draws); the effect is in points of test accuracy with its 95% t interval (`verdict.interval`) and the "
              "relative reduction of test error (`verdict.relative`). The verdict is its control claim's in "
@@ -573,15 +588,21 @@ def render_controls() -> str:
              "paper's family (script *controls*). The arms are known by their committed accuracies alone, so no "
              "convergence gate applies. Where one script trains both arms (FedSMOO and FedDyn in "
              "fedsmoo_table8_ablation, FedAvg and +RI in fedinit_table6) the script's own control row joins these "
-             "when the tier is regenerated, the same effect counted once. Each arm's script: "
-             + "; ".join(sorted({f"{s}: {C.trained_under(s, TIER)[1]}" for s in _arm_scripts()})) + ".", "",
-             "| control | row | from | seeds | effect (points) | 95% interval | rel. error reduction | interval "
-             "| verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in controls():
-        lines.append(f"| {r['control']} | {r['row']} | {r['from']} | {r['n']} | {r['mean']:+.3f} | "
-                     f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['relative']:+.1%} | {r['interval']} | "
-                     f"{r['verdict']['verdict']} |")
+             "when the tier is regenerated, the same effect counted once. A control appears in a tier once all its "
+             "arms' scripts have a committed output there. Each arm's script: "
+             + "; ".join(sorted({f"{s}: {_outputs(s)}" for s in _arm_scripts()})) + "."]
+    for t in C.REAL:
+        rows = controls(tier=t)
+        lines += ["", f"## {t}", ""]
+        if not rows:
+            lines.append("None yet: no control has all its arms' scripts committed in this tier.")
+            continue
+        lines += ["| control | row | from | seeds | effect (points) | 95% interval | rel. error reduction | interval "
+                  "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['control']} | {r['row']} | {r['from']} | {r['n']} | {r['mean']:+.3f} | "
+                         f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['relative']:+.1%} | {r['interval']} | "
+                         f"{r['verdict']['verdict']} |")
     return "\n".join(lines) + "\n"
 
 

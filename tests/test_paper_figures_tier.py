@@ -423,3 +423,28 @@ def test_claims_on_real_tasks_count_where_they_hold(tmp_path, monkeypatch):
     assert (got[0]["holds"], got[0]["of"]) == (1, 2)
     assert "| s | a | reproduced | **inconclusive** (raw: reproduced), +12.5% of the error | 1 of 2 |" in \
         compare_tiers.tasks_table(["s"], fam=fam)
+
+
+def test_one_comparison_joins_across_tiers_whatever_rung_it_met_and_untrained_scripts_are_named(tmp_path,
+                                                                                                 monkeypatch):
+    """A matched-fit row names the rung its tier reached ("(0.1)" on MNIST, "(0.3)" on Fashion-MNIST): it is one
+    comparison, one line; a script of the paper with no output in a trained tier is named, not silently absent."""
+    from paper_figures import common, compare_tiers
+    monkeypatch.setattr(common, "OUT", tmp_path)
+
+    def put(name, tier, verdicts):
+        d = common.out_dir(name, tier, root=tmp_path)
+        d.mkdir(parents=True)
+        (d / "data.json").write_text(json.dumps({"table": [{"row": r, "verdict": v} for r, v in verdicts.items()]}))
+    put("s", "mnist", {"lam1 at matched train loss (0.1)": "reproduced", "best other (1) minus 0.1": "opposite"})
+    put("s", "fmnist", {"lam1 at matched train loss (0.3)": "reproduced", "best other (0.01) minus 0.1": "opposite"})
+    put("t", "mnist", {"x": "reproduced"})
+    fam = {"fmnist": [{"script": "s", "row": "lam1 at matched train loss (0.3)", "p": 0.2, "adjusted": "inconclusive"}]}
+    got = compare_tiers.tasks(["s", "t"], fam=fam)
+    assert [(r["script"], r["row"], r["verdicts"]) for r in got] == [
+        ("s", "lam1 at matched train loss", {"mnist": "reproduced", "fmnist": "inconclusive"}),
+        ("s", "best other minus 0.1", {"mnist": "opposite", "fmnist": "opposite"}),
+        ("t", "x", {"mnist": "reproduced"})]                        # no output there: not counted
+    table = compare_tiers.tasks_table(["s", "t"], fam=fam)
+    assert "| t | x | reproduced | absent | 1 of 1 |" in table
+    assert "*Not yet trained in the fmnist tier (fmnist):* t (" in table and "not trained yet" not in table

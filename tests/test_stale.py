@@ -292,12 +292,12 @@ def test_surface_panels_share_one_labelled_log_scale():
 
 
 # ---- the README's gallery: each figure's verdict counts are its data.json's ---------------------------------------
-GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:mnist/)?\w+)/fig\.png\".* — "
+GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:f?mnist/)?\w+)/fig\.png\".* — "
                          r"(?P<summary>[^—|]+?) \|$")
 
 
 def gallery_mismatches(readme: str) -> list[str]:
-    """Gallery rows whose trailing verdict counts differ from paper_figures/out/[mnist/]<name>/data.json's summary."""
+    """Gallery rows whose trailing verdict counts differ from paper_figures/out/[[f]mnist/]<name>/data.json's summary."""
     bad = []
     for line in readme.splitlines():
         m = GALLERY_ROW.match(line)

@@ -133,6 +133,11 @@ def test_committed_verdicts_are_rederived_and_verdicts_md_is_current():
     changed = sum(r["raw"] != r["adjusted"] for r in mnist)
     page = " ".join((ROOT / "docs" / "reproductions.md").read_text().split())
     assert f"On MNIST, Holm turns {changed} of {len(mnist)} judged verdicts inconclusive" in page
+    for tier, name in (("fmnist", "Fashion-MNIST"),):
+        if tier in fam:                                                  # a further real tier, once committed
+            judged = [r for r in fam[tier] if r["p"] is not None]
+            changed = sum(r["raw"] != r["adjusted"] for r in judged)
+            assert f"On {name}, Holm turns {changed} of {len(judged)} judged verdicts inconclusive" in page
 
 
 def copy_results(tmp_path) -> Path:
