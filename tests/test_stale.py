@@ -297,7 +297,8 @@ GALLERY_ROW = re.compile(r"^\| \[<img src=\"paper_figures/out/(?P<name>(?:f?mnis
 
 
 def gallery_mismatches(readme: str) -> list[str]:
-    """Gallery rows whose trailing verdict counts differ from paper_figures/out/[[f]mnist/]<name>/data.json's summary."""
+    """Gallery rows whose trailing verdict counts differ from their data.json's summary
+    (paper_figures/out/[[f]mnist/]<name>/)."""
     bad = []
     for line in readme.splitlines():
         m = GALLERY_ROW.match(line)
