@@ -24,12 +24,14 @@ py="${PYTHON:-python3}"
 if ls "$FEDLAB_DATA"/*.z.npz >/dev/null 2>&1; then "$py" benchmarks/gpu_data.py unpack || exit 2; fi
 if [ "$draw" = 1 ]; then cache="$PWD/paper_figures/out"; limit="${GPU_TIER_SECONDS:-420}"
 else cache="$(mktemp -d)"; limit="${GPU_TIER_SECONDS:-590}"; fi
-total=$("$py" -m paper_figures.tier --tier "$tier" --plan --out "$cache" | sed -n 's/^[0-9]* of \([0-9]*\) runs done.*/\1/p')
+# the plan's "N of M runs done" line: field 1 (N, done) or 3 (M, all)
+runs() { "$py" -m paper_figures.tier --tier "$tier" --plan --out "$cache" | awk -v f="$1" '/ of .* runs done/ {print $f}'; }
+total=$(runs 3)
 start=$(date +%s)
 timeout "$limit" "$py" -m paper_figures.tier --tier "$tier" --workers "$workers" --pack "$pack" --out "$cache" --quiet \
     > "$out/gpu_tier.log" 2>&1
 rc=$?
-done_runs=$("$py" -m paper_figures.tier --tier "$tier" --plan --out "$cache" | sed -n 's/^\([0-9]*\) of [0-9]* runs done.*/\1/p')
+done_runs=$(runs 1)
 card=$("$py" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')")
 rows="| $tier tier, packs of $pack, $workers workers | $card | exit $rc | $(( $(date +%s) - start )) s | $done_runs of ${total:-?} runs done |"
 if [ "$draw" = 1 ]; then
@@ -42,7 +44,7 @@ if [ "$draw" = 1 ]; then
             then drawn=$((drawn + 1)); else failed="$failed $f"; fi
         done
         dirs=$("$py" -c "from paper_figures import common as C; from paper_figures.tier import ORDER
-print(*[C.out_dir(n, '$tier', '$cache').relative_to('$cache') for n in ORDER if C.out_dir(n, '$tier', '$cache').is_dir()])")
+print(*[d.relative_to('$cache') for n in ORDER if (d := C.out_dir(n, '$tier', '$cache')).is_dir()])")
         tar czf "$out/${tier}_out.tar.gz" -C "$cache" $dirs
         result="$drawn scripts drawn${failed:+, failed:$failed}; ${tier}_out.tar.gz $(du -h "$out/${tier}_out.tar.gz" | cut -f1)"
     else result="nothing drawn: the runs are not all done (call again: the cache is kept while the machine is warm)"; fi

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paper_figures.tier import ORDER
 from paper_figures.tiers import REAL
 from paper_figures.verdict import (ALPHA, CHANCE_MARGIN, COLLAPSED, CURVES, DECISIVE, NOISE_MULTIPLE, OUTCOMES,  # noqa: F401
                                    adjusted, audit, holm, is_accuracy, same_test)
@@ -115,7 +116,6 @@ def render(fam: dict) -> str:
                 changed = sum(r["raw"] != r["adjusted"] for r in judged)
                 out.append(f"| {tier} | {paper} | {len(judged)} | {distinct} | {_counts(r['raw'] for r in judged)} | "
                            f"{_counts(r['adjusted'] for r in judged)} | {changed} |")
-    from paper_figures.tier import ORDER
     for tier, rows in fam.items():
         if tier in REAL:
             have = {r["script"] for r in rows} & set(ORDER)
