@@ -53,7 +53,9 @@ def tasks(names, tiers=C.REAL, fam=None) -> list[dict]:
     """Per comparison of the scripts ``names``, its verdict on each real task (tier) with committed results, and on
     how many of those it holds: [{"script", "row", "verdicts": {tier: verdict}, "raw", "relative", "holds", "of"}].
     The verdict is the Holm-adjusted one where the row is in its paper's family (``family.family``; ``fam``: its
-    result, read once), else the raw one; "raw" keeps the raw verdicts, "relative" the relative error reductions.
+    result, read once), else the raw one; "raw" keeps the raw verdicts (the family's, re-derived from the committed
+    files), "stored" the data.json's (they differ where a rule changed since), "relative" the relative error
+    reductions.
     It holds where it is reproduced. A tier whose results are absent, or where the comparison was not measured,
     is left out of "of" (not counted against the claim)."""
     from paper_figures.family import family
@@ -63,20 +65,23 @@ def tasks(names, tiers=C.REAL, fam=None) -> list[dict]:
     for name in names:
         got = {t: r for t in tiers if (r := rows(name, t)) is not None}
         for row in dict.fromkeys(r for v in got.values() for r in v):
-            raw = {t: got[t].get(row, "absent") for t in got}
+            stored = {t: got[t].get(row, "absent") for t in got}
             hit = {t: judged.get((t, name, row)) for t in got}
+            raw = {t: hit[t].get("raw", stored[t]) if hit[t] else stored[t] for t in got}
             verdicts = {t: hit[t]["adjusted"] if hit[t] else raw[t] for t in got}
             relative = {t: hit[t].get("relative") if hit[t] else None for t in got}
             tested = [v for v in verdicts.values() if v not in ("absent", "not measured")]
-            out.append({"script": name, "row": row, "verdicts": verdicts, "raw": raw, "relative": relative,
-                        "of": len(tested),
+            out.append({"script": name, "row": row, "verdicts": verdicts, "raw": raw, "stored": stored,
+                        "relative": relative, "of": len(tested),
                         "holds": sum(v == "reproduced" for v in verdicts.values())})
     return out
 
 
 def _cell(r: dict, t: str) -> str:
     v, raw, rel = r["verdicts"].get(t, "absent"), r["raw"].get(t, "absent"), r["relative"].get(t)
-    return (f"**{v}** (raw: {raw})" if v != raw else v) + ("" if rel is None else f", {100 * rel:+.3g}% of the error")
+    stored = r.get("stored", r["raw"]).get(t, raw)
+    return ((f"**{v}** (raw: {raw})" if v != raw else v) + ("" if rel is None else f", {100 * rel:+.3g}% of the error")
+            + (f"; stored: {stored}, under an earlier rule" if stored != raw else ""))
 
 
 def tasks_table(names, tiers=C.REAL, fam=None) -> str:

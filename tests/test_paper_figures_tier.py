@@ -423,6 +423,12 @@ def test_claims_on_real_tasks_count_where_they_hold(tmp_path, monkeypatch):
     assert (got[0]["holds"], got[0]["of"]) == (1, 2)
     assert "| s | a | reproduced | **inconclusive** (raw: reproduced), +12.5% of the error | 1 of 2 |" in \
         compare_tiers.tasks_table(["s"], fam=fam)
+    # a stored verdict that today's rule re-derives otherwise: the re-derived one is the raw, the stored is named
+    fam["mnist"] = [{"script": "s", "row": "b", "p": 0.001, "raw": "reproduced", "adjusted": "reproduced"}]
+    got = compare_tiers.tasks(["s"], fam=fam)
+    assert (got[1]["raw"]["mnist"], got[1]["stored"]["mnist"], got[1]["holds"]) == ("reproduced", "opposite", 2)
+    assert "| s | b | reproduced; stored: opposite, under an earlier rule | reproduced | 2 of 2 |" in \
+        compare_tiers.tasks_table(["s"], fam=fam)
 
 
 def test_one_comparison_joins_across_tiers_whatever_rung_it_met_and_untrained_scripts_are_named(tmp_path,
