@@ -79,7 +79,7 @@ def tasks(names, tiers=C.REAL, fam=None) -> list[dict]:
 
 def _cell(r: dict, t: str) -> str:
     v, raw, rel = r["verdicts"].get(t, "absent"), r["raw"].get(t, "absent"), r["relative"].get(t)
-    stored = r.get("stored", r["raw"]).get(t, raw)
+    stored = r["stored"].get(t, raw)
     return ((f"**{v}** (raw: {raw})" if v != raw else v) + ("" if rel is None else f", {100 * rel:+.3g}% of the error")
             + (f"; stored: {stored}, under an earlier rule" if stored != raw else ""))
 
