@@ -271,6 +271,13 @@ def interior_peak(grid, acc: dict, runs: dict, claims: tuple[str, str], label: s
     return peak, means, rows
 
 
+def run_ids(arms: dict) -> dict:
+    """``{path: [each run's id]}`` for a data.json's ``run_ids``: ``path`` names where the arm's per-seed accuracies
+    sit in it ("acc/fedavg"), so a control across scripts (``settings.CONTROLS``) finds the runs, then their curves,
+    and gates on them like any claim."""
+    return {path: [V.run_id(r) for r in rs] for path, rs in arms.items()}
+
+
 def finish(table: list[dict]) -> dict:
     """The verdict fields every data.json carries: ``n_comparisons``, ``counts`` per verdict and ``summary`` (the
     counts in words: "3 reproduced, 2 opposite of 5 comparisons", never one word over mixed rows)."""

@@ -95,8 +95,14 @@ def compute(seeds=3, tier="quick", out_root=None) -> dict:
                                 "verdict": v["verdict"]}
     return {"config": common.config({**base, "algo": "fedavg"}, 0, tier).to_dict(), "seeds": seeds, "rows": rows,
             "readings": list(READINGS.values()),
-            "acc": {f"{a}{'' if r is None else '+ri' + (r and '-' + r)}": v for (a, r), v in acc.items()},
+            "acc": {_key(a, r): v for (a, r), v in acc.items()},
+            "run_ids": common.run_ids({f"acc/{_key(a, r)}": rs for (a, r), rs in runs.items()}),
             "table": table, **common.finish(table)}
+
+
+def _key(a: str, r) -> str:
+    """An arm's name in data.json: "fedavg", "fedavg+ri" (Alg. 1), "fedavg+ri-code"."""
+    return f"{a}{'' if r is None else '+ri' + (r and '-' + r)}"
 
 
 def plot(res: dict):

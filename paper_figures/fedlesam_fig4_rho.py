@@ -95,6 +95,7 @@ def compute(seeds=3, tier="quick"):
             "setting": setting, "seeds": seeds, "table": table, **C.finish(table),
             "outside_regime": {"ratios": outside, "why": C.CLAIMS["fedlesam.fig4.beats_fedavg"].regime},
             "fedavg": avg.tolist(), "fedlesam_s": {f"{q:g}": les[q].tolist() for q in RATIOS},
+            "run_ids": C.run_ids({"fedavg": got["fedavg"], **{f"fedlesam_s/{q:g}": got["", q] for q in RATIOS}}),
             **{f"fedlesam_s_{f}": {f"{q:g}": v[q].tolist() for q in RATIOS} for f, v in by_form.items() if f}}
 
     fig, ax = C.plots.figure(w=6.4, h=3.4)

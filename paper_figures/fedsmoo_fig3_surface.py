@@ -137,7 +137,8 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
     acc = {a: C.mean_std([r["test_acc"] for r in per[a]]) for a in trained}
     setting = C.setting(tier, dir_alpha=overrides["dir_alpha"])
     data = {"claim": claim, "setting": setting, "seeds": seeds, "table": table, **C.finish(table),
-            "test_acc": acc, "runs": per, "plane": {"samples": SAMPLES, "grid": GRID, "range": RANGE}}
+            "test_acc": acc, "runs": per, "run_ids": C.run_ids({f"runs/{a}": runs[a] for a in trained}),
+            "plane": {"samples": SAMPLES, "grid": GRID, "range": RANGE}}
     titles = [f"{algos[a]} (test acc {acc[a][0]:.2f})" for a in trained]
     fig = landscape.plot_panel([shown[a] for a in trained], titles, kind="contour")
     for ax in fig.axes[:len(trained)]:

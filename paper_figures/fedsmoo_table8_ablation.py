@@ -82,7 +82,8 @@ def compute(seeds=3, tier="quick"):
         C.setting(tier, dir_alpha=0.1)
     data = {"claim": "FedSMOO Table 8: dynamic regularisation, local SAM and the SAM correction each add accuracy",
             "setting": setting, "seeds": seeds, "table": table, **C.finish(table),
-            "test_acc": {a: C.mean_std(acc[a]) for a in ARMS}, "per_seed": {a: acc[a].tolist() for a in ARMS}}
+            "test_acc": {a: C.mean_std(acc[a]) for a in ARMS}, "per_seed": {a: acc[a].tolist() for a in ARMS},
+            "run_ids": C.run_ids({f"per_seed/{a}": runs[a] for a in ARMS})}
 
     fig, ax = C.plots.figure(ncols=2, w=4.4, h=3.2)
     y = np.arange(len(ARMS))[::-1]                       # the four rows, then the code form where run

@@ -477,21 +477,19 @@ def _outputs(script: str) -> str:
     return "; ".join(f"{t}: {C.trained_under(script, t)[1]}" for t in C.REAL)
 
 
-CONTROLS = (   # (claim, what the control isolates, method arms, base arm); an arm: (script, reader, label)
+CONTROLS = (   # (claim, what the control isolates, method arms, base arm); an arm: (script, its path, label)
     ("fedlesam.ctrl.s_scaffold", "FedLESAM-S's estimated perturbation over SCAFFOLD (FedLESAM Sec. 6.3, Table 4)",
-     [("fedlesam_fig4_rho", lambda d, r=r: d["fedlesam_s"][r], f"FedLESAM-S, rho/eta_l = {r}")
-      for r in ("0.01", "0.1", "1")],
-     ("fedsmoo_fig3_surface", lambda d: [x["test_acc"] for x in d["runs"]["scaffold"]], "SCAFFOLD")),
+     [("fedlesam_fig4_rho", f"fedlesam_s/{r}", f"FedLESAM-S, rho/eta_l = {r}") for r in ("0.01", "0.1", "1")],
+     ("fedsmoo_fig3_surface", "runs/scaffold", "SCAFFOLD")),
     ("fedlesam.ctrl.d_feddyn", "FedLESAM-D's estimated perturbation over FedDyn (FedLESAM Sec. 6.3, Table 4)",
-     [("fedlesam_fig3_surface", lambda d: [x["test_acc"] for x in d["runs"]["fedlesam-d"]], "FedLESAM-D")],
-     ("fedsmoo_table8_ablation", lambda d: d["per_seed"]["feddyn"], "FedDyn")),
+     [("fedlesam_fig3_surface", "runs/fedlesam-d", "FedLESAM-D")],
+     ("fedsmoo_table8_ablation", "per_seed/feddyn", "FedDyn")),
     ("fedsmoo.ctrl.feddyn", "FedSMOO's corrected SAM over FedDyn (FedSMOO Table 8: SAM and its correction together)",
-     [("fedsmoo_table8_ablation", lambda d: d["per_seed"]["fedsmoo"], "FedSMOO")],
-     ("fedsmoo_table8_ablation", lambda d: d["per_seed"]["feddyn"], "FedDyn")),
+     [("fedsmoo_table8_ablation", "per_seed/fedsmoo", "FedSMOO")],
+     ("fedsmoo_table8_ablation", "per_seed/feddyn", "FedDyn")),
     ("fedinit.ctrl.ri", "FedInit's RI over its base at equal rounds (FedInit Table 6)",
-     [("fedinit_table6", lambda d, k=k: d["acc"][k], f"FedAvg +RI ({k.split('+')[1]})") for k in ("fedavg+ri",
-                                                                                                "fedavg+ri-code")],
-     ("fedinit_table6", lambda d: d["acc"]["fedavg"], "FedAvg")),
+     [("fedinit_table6", f"acc/{k}", f"FedAvg +RI ({k.split('+')[1]})") for k in ("fedavg+ri", "fedavg+ri-code")],
+     ("fedinit_table6", "acc/fedavg", "FedAvg")),
 )
 
 
@@ -499,36 +497,55 @@ def _arm_scripts() -> set:
     return {a[0] for _, _, arms, base in CONTROLS for a in (*arms, base)}
 
 
+def _arm(script: str, path: str, root, tier) -> tuple[list, list | None]:
+    """An arm's per-seed test accuracies at ``path`` in ``script``'s committed data.json, and the runs they came
+    from (``verdict.curve_runs``, from its curves.json, in seed order) where the file names them (``run_ids``),
+    else None."""
+    d = _committed(script, root, tier)
+    v = d
+    for k in path.split("/"):
+        v = v[k]
+    acc = [x["test_acc"] if isinstance(x, dict) else x for x in v]
+    ids = d.get("run_ids", {}).get(path)
+    if ids is None:
+        return acc, None
+    curves = json.loads((_path(script, root, tier).parent / V.CURVES).read_text())["runs"]
+    return acc, V.curve_runs(curves, ids, f"{script}: {path}")
+
+
 def controls(root=None, tier=TIER) -> list[dict]:
     """Each control row of ``tier`` whose arms' scripts all have a committed output there: the paired per-seed
     effect (method minus base, in points) with its 95% t interval, the relative reduction of test error
-    (verdict.interval, verdict.relative) and its claim's verdict (verdict.decide, no run flags: the arms' runs are
-    known only by their committed accuracies), from the committed data.json files under ``root`` (default
-    paper_figures/out). Final test accuracy of the same seeds (one partition and client draws
-    per seed), except FedInit's rows, which use Table 6's late-round accuracy for both arms."""
+    (verdict.interval, verdict.relative) and its claim's verdict (verdict.decide), from the committed data.json and
+    curves.json files under ``root`` (default paper_figures/out). Where both arms' files name their runs, the
+    verdict is gated on their curves like any claim's; otherwise (outputs written before ``run_ids``) the arms are
+    known only by their committed accuracies and no gate applies. Final test accuracy of the same seeds (one
+    partition and client draws per seed), except FedInit's rows, which use Table 6's late-round accuracy."""
     out = []
-    for cid, what, arms, (bs, bread, blabel) in CONTROLS:
+    for cid, what, arms, (bs, bpath, blabel) in CONTROLS:
         if not all(_has(x, root, tier) for x in (bs, *(a[0] for a in arms))):
             continue
-        base = bread(_committed(bs, root, tier))
-        for s, read, label in arms:
-            a = read(_committed(s, root, tier))
+        base, bruns = _arm(bs, bpath, root, tier)
+        for s, path, label in arms:
+            a, aruns = _arm(s, path, root, tier)
+            runs = [] if aruns is None or bruns is None else aruns + bruns
             eff = [x - y for x, y in zip(a, base)]
             m, lo, hi = V.interval(eff)
             side = "covers 0" if lo <= 0 <= hi else ("above 0" if lo > 0 else "below 0")
             out.append({"control": what, "row": f"{label} minus {blabel}", "from": f"{s} / {bs}", "n": len(eff),
                         "mean": 100 * m, "lo": 100 * lo, "hi": 100 * hi, "relative": V.relative(eff, base),
-                        "interval": side, "arms": (list(a), list(base)),
-                        "verdict": {**V.decide(C.CLAIMS[cid], eff), "row": f"control: {label} minus {blabel}"}})
+                        "interval": side, "arms": (list(a), list(base)), "curves": {r["id"]: r["curve"] for r in runs},
+                        "verdict": {**V.decide(C.CLAIMS[cid], eff, runs), "row": f"control: {label} minus {blabel}"}})
     return out
 
 
 def control_data(root=None, tier=TIER) -> dict:
     """A tier's controls as a data.json holds them (``verdict.audit`` reads them into the tier's family): their
-    verdict rows and, for the relative size, each row's two arms."""
+    verdict rows, for the relative size each row's two arms, and the curves of the runs the gated rows name."""
     rows = controls(root, tier)
     return {"table": [r["verdict"] for r in rows],
-            "arms": {f"{i}{k}": v for i, r in enumerate(rows) for k, v in zip("ab", r["arms"])}}
+            "arms": {f"{i}{k}": v for i, r in enumerate(rows) for k, v in zip("ab", r["arms"])},
+            "run_curves": {k: v for r in rows for k, v in r["curves"].items()}}
 
 
 # ---- rendering ----------------------------------------------------------------------------------------------------
@@ -591,11 +608,13 @@ def render_controls() -> str:
              "draws); the effect is in points of test accuracy with its 95% t interval (`verdict.interval`) and the "
              "relative reduction of test error (`verdict.relative`). The verdict is its control claim's in "
              "`claims.py` by the one rule (`verdict.decide`), raw here; `out/verdicts.md` shows it adjusted in its "
-             "paper's family (script *controls*). The arms are known by their committed accuracies alone, so no "
-             "convergence gate applies. Where one script trains both arms (FedSMOO and FedDyn in "
-             "fedsmoo_table8_ablation, FedAvg and +RI in fedinit_table6) the script's own control row joins these "
-             "when the tier is regenerated, the same effect counted once. A control appears in a tier once all its "
-             "arms' scripts have a committed output there. Each arm's script: "
+             "paper's family (script *controls*). Where both arms' data.json files name their runs (`run_ids`), the "
+             "verdict is gated on those runs' committed curves (`curves.json`) like any claim's. Outputs written "
+             "before `run_ids` (the protocol-1 MNIST ones) give the arms' accuracies alone, so no convergence gate "
+             "applies to their controls. Where one script trains both arms (FedSMOO and FedDyn in "
+             "fedsmoo_table8_ablation, FedAvg and +RI in fedinit_table6), its own control row holds the same "
+             "effect, and the family counts it once. A control appears in a tier once all its arms' scripts have "
+             "a committed output there. Each arm's script: "
              + "; ".join(sorted({f"{s}: {_outputs(s)}" for s in _arm_scripts()})) + "."]
     for t in C.REAL:
         rows = controls(tier=t)

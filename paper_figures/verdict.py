@@ -477,14 +477,15 @@ def audit(path: Path, tier: str, script: str, data: dict | None = None) -> list[
     (``curves``: "checked"). A row written before curves were committed is re-derived from its per-seed effects and
     the run counts its note states, with the margin it stores (``curves``: "absent"), and its current-rule verdict
     takes a margin of ours from the baseline arm's accuracies where the data.json stores them (else "not
-    measured"). ``data``: the rows of ``path`` as read elsewhere (the controls of ``settings.control_data``)."""
+    measured"). ``data``: the rows of ``path`` as read elsewhere (the controls of ``settings.control_data``, with
+    their runs' curves as ``run_curves``)."""
     from paper_figures.claims import TOY
     from dataclasses import replace
 
     from fedlab_analysis.errors import UserError
     from paper_figures.claims import CLAIMS
     data = json.loads(path.read_text()) if data is None else data
-    curves = None
+    curves = data.get("run_curves")                 # the controls carry their runs' curves (settings.control_data)
     out = []
     for i, t in enumerate(data["table"]):
         c = CLAIMS[t["claim"]]

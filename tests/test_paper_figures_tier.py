@@ -299,6 +299,10 @@ def test_every_script_runs_its_tier_path_on_tiny_digits(tier_name, tmp_path, mon
         if tier_name == "mnist" and name in ("fedlesam_fig2_drift", "fedinit_table6", "fedsmoo_fig3_surface",
                                              "fedlesam_fig3_surface"):
             assert trimmed, f"{name}: the mnist tier trims its grid, so some rows are not measured"
+    if tier_name == "mnist":                        # each control finds its arms' runs and is gated on their curves
+        from paper_figures import settings as S
+        ctrls = S.controls(tmp_path, tier_name)
+        assert len(ctrls) == 7 and all(len(c["verdict"]["runs"]) == 4 for c in ctrls), ctrls
     capsys.readouterr()
 
 

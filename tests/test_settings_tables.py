@@ -95,6 +95,35 @@ def test_controls_agree_with_the_scripts_own_rows():
     assert (ri["lo"], ri["hi"]) == pytest.approx((100 * own["interval"][0], 100 * own["interval"][1]), abs=1e-9)
 
 
+def test_a_control_is_gated_on_its_runs_curves(tmp_path):
+    """Fashion-MNIST's RI control names its runs (Table 6's ``run_ids``) and is gated on their curves: not converged,
+    as Table 6's own control row. With those runs' last rounds made flat, or without the run ids (an output written
+    before them: no gate), the same effect is judged (inconclusive)."""
+    src = C.OUT / "fmnist" / "fedinit_table6"
+    own = next(r for r in json.loads((src / "data.json").read_text())["table"]
+               if r["row"] == "control: fedavg +RI (Alg. 1) minus fedavg, equal rounds and local steps")
+    ri = lambda root: next(r for r in S.controls(root, "fmnist")                               # noqa: E731
+                           if r["row"] == "FedAvg +RI (ri) minus FedAvg")["verdict"]
+    got = ri(None)
+    assert got["verdict"] == own["verdict"] == "not converged" and got["note"] == own["note"]
+    assert sorted(got["runs"]) == sorted(own["runs"]) and sorted(got["flags"]) == sorted(own["flags"])
+    dst = tmp_path / "fmnist" / "fedinit_table6"
+    dst.mkdir(parents=True)
+    data, curves = (json.loads((src / f).read_text()) for f in ("data.json", "curves.json"))
+    for i, f in zip(got["runs"], got["flags"]):
+        if f != "ok":
+            c = curves["runs"][i]["test_acc"]
+            c[:] = [c[-1]] * len(c)
+    (dst / "data.json").write_text(json.dumps(data))
+    (dst / "curves.json").write_text(json.dumps(curves))
+    assert ri(tmp_path)["verdict"] == "inconclusive"
+    (dst / "curves.json").write_text((src / "curves.json").read_text())
+    assert ri(tmp_path)["verdict"] == "not converged"
+    del data["run_ids"]
+    (dst / "data.json").write_text(json.dumps(data))
+    assert ri(tmp_path)["verdict"] == "inconclusive" and "runs" not in ri(tmp_path)
+
+
 def test_the_rows_the_horizon_rule_marks_are_the_fedcm_scripts_judged_rows():
     marked = S.horizon_marked()
     assert {r["script"] for r in marked} == {"fedcm_table3_alpha", "fedcm_fedadam_oscillation", "fedcm_dispersion"}
