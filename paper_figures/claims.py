@@ -12,11 +12,11 @@ A null claim's margin is ``margin`` where the paper's words give one ("paper" in
 ``margin`` is None and the verdict derives it from the seeds' noise (verdict.NOISE_MULTIPLE, "ours" in its row).
 ``measure`` is the curve the convergence gate reads (verdict.flag): test accuracy for accuracy claims, the training
 loss for claims about the trained model's curvature, flatness or other state; none for a claim about the course of
-training (``at_convergence`` False). ``predicts_divergence``: the paper predicts that these runs diverge, so a
-diverged run is evidence for the claim. A claim whose ``where`` starts with "Control" is the toolkit's control of a
-component the paper credits (its quote is the credit). ``regime`` names a restriction the paper attaches. Quotes are
-verbatim (whitespace, ligatures, dashes and line-break hyphens aside: tests/test_claims_quoted.py checks each
-against the paper's text).
+training (``at_convergence`` False). ``predicts_failure``: the paper predicts that the effect's second arm fails to
+train, so its runs diverging or collapsing to chance are evidence for the claim (verdict.decide). A claim whose
+``where`` starts with "Control" is the toolkit's control of a component the paper credits (its quote is the credit).
+``regime`` names a restriction the paper attaches. Quotes are verbatim (whitespace, ligatures, dashes and line-break
+hyphens aside: tests/test_claims_quoted.py checks each against the paper's text).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class Claim:
     # divergence term along the rounds), which
     # hold or fail along the way; True for claims about the trained model, which need converged runs
     at_convergence: bool = True
-    predicts_divergence: bool = False
+    predicts_failure: bool = False
     # whose seeds set a margin of ours: "baseline" (the arm the effect is measured against), "effect" (a statistic
     # of one arm, e.g. a slope, whose own seeds are the noise)
     noise: str = "baseline"
@@ -156,7 +156,8 @@ _ALL = [
           "convergence", "test accuracy at the best interior rho - at the smallest rho"),
     Claim("fedlesam.fig4.drop", "fedlesam", "Sec. 6.3, Fig. 4",
           "but then sharply declines as larger perturbations hinder convergence",
-          "test accuracy at the best interior rho - at the largest rho"),
+          "test accuracy at the best interior rho - at the largest rho; a largest-rho run that ends at chance is "
+          "the hindered convergence the paper predicts", predicts_failure=True),
     Claim("fedlesam.fig4.best", "fedlesam", "Sec. 6.3, Fig. 4 left two panels",
           "when starting with a randomly initialized model",
           "test accuracy of the best other rho/eta_l - at rho/eta_l = 0.1 (rho about 0.1 eta_l is best)",
@@ -202,7 +203,7 @@ _ALL = [
     Claim("fedinit.fig1.diverges", "fedinit", "Sec. 5.3, Fig. 1(b)",
           "it is larger than the threshold, the training process will diverge quickly",
           "late test accuracy beta = 0 - beta; a run that goes non-finite is the divergence the paper predicts",
-          predicts_divergence=True),
+          predicts_failure=True),
     Claim("fedinit.fig2.lowers", "fedinit", "Sec. 5.4, Fig. 2",
           "effectively reduces the divergence term and improves the test accuracy",
           "late divergence beta = 0 - beta = 0.1", at_convergence=False),

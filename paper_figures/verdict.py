@@ -12,12 +12,17 @@ few values seen). The rule, in the order it is checked:
     diverged        a run of the comparison went non-finite (its flag, or a non-finite effect): reported as such,
                     with how many runs; never dropped and never read as "no divergence". Checked before "not
                     converged" because a diverged run is also unconverged and would otherwise hide the divergence.
-                    Where the paper predicts the divergence (``Claim.predicts_divergence``: FedInit Fig. 1(b), beta
-                    beyond its threshold), a diverged run is evidence for the claim: "reproduced", outside the family
     collapsed to chance
                     a finite run of the comparison ended at chance: final test accuracy below chance + CHANCE_MARGIN
                     (one tenth) of the way to 100% (19% for 10 classes). A run flat at chance is a plateau, yet its
                     effect is no measurement of the method, so this comes before "not converged"
+    predicted failure
+                    where the paper predicts that the effect's second arm fails to train (``Claim.predicts_failure``:
+                    FedInit Fig. 1(b), beta past its threshold "will diverge quickly"; FedLESAM Fig. 4, the largest
+                    rho, as "larger perturbations hinder convergence"), runs of that arm that diverged or collapsed
+                    to chance are evidence for the claim: "reproduced", with the count, outside the family. A
+                    failure of the first arm (the one the paper expects to train) is no such evidence: the rows
+                    above apply
     not converged   a run of the comparison failed the convergence gate (the note counts them); only for claims
                     about the trained model (``Claim.at_convergence``): a claim about the course of training (a
                     per-round dispersion, drift, consensus, divergence term or oscillation) is judged as it is.
@@ -218,9 +223,11 @@ def decide(claim, effects, runs=(), n_classes: int = 10, base=None) -> dict:
     n_div, n_col, n_nc = c["diverged"], c["collapsed"], c["not converged"]
     if legacy:                                         # a run without a curve: a diverged one is also unconverged
         n_nc += sum(f == "diverged" and not r.get("converged", False) for f, r in zip(flags, runs))
+    failed = [f in ("diverged", "collapsed") for f in flags]
+    predicted = claim.predicts_failure and not any(failed[:n_runs // 2])     # only the second arm's runs failed
     if n_div or not finite.all():
         k = max(n_div, int((~finite).sum()))
-        if claim.predicts_divergence:
+        if predicted:
             return {**row, "verdict": REPRODUCED,
                     "note": f"{k} of {max(n_runs, x.size)} runs diverged (non-finite), as the paper predicts"}
         nc = f"; {n_nc} not converged" if (n_nc > k if legacy else n_nc) else ""
@@ -229,8 +236,10 @@ def decide(claim, effects, runs=(), n_classes: int = 10, base=None) -> dict:
     row.update(mean=m, interval=[lo, hi])
     if n_col:
         bar = 1 / n_classes + CHANCE_MARGIN * (1 - 1 / n_classes)
-        return {**row, "verdict": COLLAPSED,
-                "note": f"{n_col} of {n_runs} runs collapsed to chance (final test accuracy below {bar:.0%})"}
+        note = f"{n_col} of {n_runs} runs collapsed to chance (final test accuracy below {bar:.0%})"
+        if predicted:
+            return {**row, "verdict": REPRODUCED, "note": note + ", as the paper predicts"}
+        return {**row, "verdict": COLLAPSED, "note": note}
     if n_nc and claim.at_convergence:
         what = "" if legacy else f" ({claim.measure.replace('_', ' ')} drifts more than {tol:.3g})"
         return {**row, "verdict": NOT_CONVERGED, "note": f"{n_nc} of {n_runs} runs not converged{what}"}
@@ -366,15 +375,16 @@ _RUNS = re.compile(r"(\d+) of (\d+) runs (not converged|diverged|collapsed)(?: \
 
 def _runs_of(note: str, n_seeds: int) -> list[dict]:
     """Run flags a stored row's note states ("k of N runs not converged", "k of N runs diverged (non-finite)[; j not
-    converged]", "k of N runs collapsed to chance"): N runs, the first k flagged (``decide`` counts them; which
-    runs they are does not matter to it). A note without counts: every run converged, 2 arms per seed."""
+    converged]", "k of N runs collapsed to chance"): N runs, the last k flagged (``decide`` counts them; the note
+    does not say which runs they are, so a failure the claim predicts is placed in its second arm, the one it
+    predicts to fail). A note without counts: every run converged, 2 arms per seed."""
     m = _RUNS.search(note)
     if not m:
         return [{"converged": True, "diverged": None} for _ in range(2 * n_seeds)]
     k, n = int(m[1]), int(m[2])
     n_nc = {"not converged": k, "diverged": int(m[4] or k), "collapsed": 0}[m[3]]
-    return [{"converged": i >= n_nc, "diverged": "stored" if m[3] == "diverged" and i < k else None,
-             "test_acc": 0.0 if m[3] == "collapsed" and i < k else None} for i in range(n)]
+    return [{"converged": i < n - n_nc, "diverged": "stored" if m[3] == "diverged" and i >= n - k else None,
+             "test_acc": 0.0 if m[3] == "collapsed" and i >= n - k else None} for i in range(n)]
 
 
 def _vectors(x, n: int):
@@ -518,8 +528,8 @@ def audit(path: Path, tier: str, script: str, data: dict | None = None) -> list[
             e["curves"] = "checked"
         else:
             runs = _runs_of(t["note"], len(x))
-            stored_rule = replace(c, margin=t["margin"], predicts_divergence=False) if c.null else \
-                replace(c, predicts_divergence=False)
+            stored_rule = replace(c, margin=t["margin"], predicts_failure=False) if c.null else \
+                replace(c, predicts_failure=False)
             fresh = decide(stored_rule, x, runs)
             e["curves"] = "no runs (not trained)" if script in TOY else \
                 "arms from committed accuracies" if script == "controls" else "absent (written before curves.json)"
@@ -544,7 +554,7 @@ def audit(path: Path, tier: str, script: str, data: dict | None = None) -> list[
                 now = decide(c, x, runs, base=None if base is None or ab is not None else rel_base(base)) \
                     if ab is None else decide(c, x, runs, base=base)
         e["raw"], e["margin"] = now["verdict"], now["margin"]
-        predicted = now.get("note", "").endswith("as the paper predicts")        # a divergence: no test
+        predicted = now.get("note", "").endswith("as the paper predicts")        # a failure: no test
         if e["raw"] in (*DECISIVE, INCONCLUSIVE) and np.isfinite(x).all() and not predicted:
             e["p"], e["effect"] = p_value(c, x, e["margin"]), np.asarray(x)
             if (e["raw"] in DECISIVE) != (e["p"] < ALPHA):                  # a defect of p_value, not of the file

@@ -103,11 +103,26 @@ def test_a_margin_of_ours_is_two_seed_sd_of_the_baseline_and_labelled():
 
 def test_a_predicted_divergence_counts_for_the_claim():
     div = CLAIMS["fedinit.fig1.diverges"]
-    assert div.predicts_divergence and not ACC.predicts_divergence
+    assert div.predicts_failure and not ACC.predicts_failure
     runs = [run(FLAT_ACC, FLAT_LOSS, 0), run([*FLAT_ACC[:-1], None], FLAT_LOSS, 1, diverged="loss nan")]
     r = V.decide(div, [0.3, np.nan], runs)
     assert r["verdict"] == V.REPRODUCED and r["note"] == "1 of 2 runs diverged (non-finite), as the paper predicts"
     assert V.decide(ACC, [0.3, np.nan], runs)["verdict"] == V.DIVERGED
+    # the baseline arm (beta = 0) diverging is no evidence that beta past the threshold diverges
+    assert V.decide(div, [np.nan, 0.3], runs[::-1])["verdict"] == V.DIVERGED
+
+
+def test_a_predicted_collapse_counts_for_the_claim_only_in_the_arm_it_names():
+    """FedLESAM Fig. 4: "larger perturbations hinder convergence". A largest-rho run at chance (the second arm) is
+    that hindrance; the best interior rho's run at chance is not, and stays "collapsed to chance"."""
+    drop = CLAIMS["fedlesam.fig4.drop"]
+    chance = [0.1] * 50
+    ok, dead = run(FLAT_ACC, FLAT_LOSS, 0), run(chance, FLAT_LOSS, 1)
+    r = V.decide(drop, [0.85, 0.84], [ok, ok, ok, dead])
+    assert r["verdict"] == V.REPRODUCED and r["note"].endswith("to chance (final test accuracy below 19%), "
+                                                                "as the paper predicts")
+    assert V.decide(drop, [-0.85, 0.84], [dead, ok, ok, ok])["verdict"] == V.COLLAPSED
+    assert V.decide(CLAIMS["fedlesam.fig4.rise"], [0.85, 0.84], [ok, ok, ok, dead])["verdict"] == V.COLLAPSED
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +135,11 @@ def test_a_predicted_divergence_round_trips_outside_the_family(tmp_path, monkeyp
     the row is re-derived from curves.json, reproduced, and no test of the family."""
     monkeypatch.setattr("paper_figures.claims.TOY", ())
     div = CLAIMS["fedinit.fig1.diverges"]
-    runs = [run(FLAT_ACC, FLAT_LOSS, 0), run(FLAT_ACC, FLAT_LOSS, 1, diverged="loss is nan at round 40"),
-            run(FLAT_ACC, FLAT_LOSS, 2), run(FLAT_ACC, FLAT_LOSS, 3)]
+    runs = [run(FLAT_ACC, FLAT_LOSS, 0), run(FLAT_ACC, FLAT_LOSS, 1),
+            run(FLAT_ACC, FLAT_LOSS, 2, diverged="loss is nan at round 40"), run(FLAT_ACC, FLAT_LOSS, 3)]
     rows = [{"row": "beta 3", **V.decide(div, [0.3, 0.31], runs)},
-            {"row": "K", **V.decide(CLAIMS["fedinit.fig1.k"], [0.01, 0.012, 0.011], runs[:1] + runs[2:] * 1)}]
-    assert rows[0]["verdict"] == V.REPRODUCED and rows[0]["flags"][1] == "diverged"
+            {"row": "K", **V.decide(CLAIMS["fedinit.fig1.k"], [0.01, 0.012, 0.011], runs[:2] + runs[3:])}]
+    assert rows[0]["verdict"] == V.REPRODUCED and rows[0]["flags"][2] == "diverged"
     d = tmp_path / "fedinit_fig1_sensitivity"
     d.mkdir()
     (d / "data.json").write_text(json.dumps({"table": rows}))
