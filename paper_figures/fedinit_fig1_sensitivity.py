@@ -11,7 +11,9 @@ QUICK: FedInit (Algorithm 1) on digits with an MLP, 20 clients, Dirichlet 0.1, 2
 One rule (paper_figures/verdict.py): (a) the best interior K above the better end; (b) beta in {0.1, 0.3, 0.6}
 loses no more than two seed standard deviations to beta = 0 ("stable within its valid range": a margin of ours, from the
 seeds' noise), beta in {1, 1.5, 3}
-falls below beta = 0 ("diverge quickly"); a run that went non-finite makes its row "diverged", with the count.
+falls below beta = 0 ("diverge quickly"); a run of that beta that went non-finite or ended at chance is the
+divergence the paper predicts and counts for the row (verdict.decide, with the count); a beta = 0 run that failed
+makes the row "diverged" or "collapsed to chance".
 Comparisons: 1 + 3 + 3 = 7. The real tiers also run the beta grid (at the tier's K) in the released code's form
 (`--ri-agg delta_from_init`, labelled "code form") and judge its six beta rows; the K grid runs in the paper's form
 only (its code form is not run: the K row in the code's form is "not measured in this tier"), 14 in all.
