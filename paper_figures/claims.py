@@ -202,7 +202,8 @@ _ALL = [
           "late test accuracy beta = 0 - beta (no loss beyond the seeds' noise)", kind="at_most"),
     Claim("fedinit.fig1.diverges", "fedinit", "Sec. 5.3, Fig. 1(b)",
           "it is larger than the threshold, the training process will diverge quickly",
-          "late test accuracy beta = 0 - beta; a run that goes non-finite is the divergence the paper predicts",
+          "late test accuracy beta = 0 - beta; a run of that beta that goes non-finite or ends at chance is the "
+          "divergence the paper predicts",
           predicts_failure=True),
     Claim("fedinit.fig2.lowers", "fedinit", "Sec. 5.4, Fig. 2",
           "effectively reduces the divergence term and improves the test accuracy",
