@@ -166,19 +166,21 @@ def main_tag(tier, quick_tag: str = "") -> str:
     return "mnist" if protocol(tier) == "mnist" else quick_tag
 
 
-def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbacks_fn=None, tag: str = "") -> list:
+def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbacks_fn=None, tag: str = "",
+                weights: bool = False) -> list:
     """One run per seed from the tier's run cache (``runs.ensure``: trained once, resumed when killed, trained again
     when its key changes). ``tag`` names the hooks the runs carry (``runs.HOOKS[tag](seed) -> [hooks]``, so they
     also work in pool workers); ``callbacks_fn`` is accepted only for a registered tag. ``out_root`` (default
     ``<out>/runs/<tier>``) is the cache directory. Returns [{"seed", "run_dir", "test_acc", "rows", "converged",
     "diverged", "matched"}, ...]: rows are the metrics.jsonl rows (with the hooks' probe rows), ``diverged`` the
     reason training went non-finite (None if it did not; such a run is an outcome, never dropped), ``matched``
-    {rung: checkpoint path} of the matched-fit ladder."""
+    {rung: checkpoint path} of the matched-fit ladder. ``weights``: the caller reads the checkpoints (its module's
+    ``WEIGHTS``), so a run restored from the ledger without them is trained again (:mod:`paper_figures.ledger`)."""
     t = tier_of(tier)
     if callbacks_fn is not None and tag not in runs.HOOKS:
         raise ValueError(f"train_seeds: tag {tag!r} is not in paper_figures.runs.HOOKS; register its hooks there "
                          f"so that pool workers can build them")
-    tasks = runs.tasks([(cfg_overrides, s, tag) for s in seed_list(seeds)], t, out_root)
+    tasks = runs.tasks([(cfg_overrides, s, tag) for s in seed_list(seeds)], t, out_root, weights)
     return [runs.result(runs.ensure(task)) for task in tasks]
 
 

@@ -30,6 +30,7 @@ from paper_figures import fedcm_table3_alpha as T3
 from paper_figures import verdict as V
 
 NAME = "fedcm_dispersion"
+WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
 GRID = (0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 FIT = 0.4
 def run_list(tier, seeds) -> list:
@@ -60,7 +61,7 @@ def one_round(run_dir: str, alpha: float, local_steps: int | None = None) -> flo
 
 def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
-    runs = T3.runs(0.1, seeds, tier)                 # the Table 3 sweep's alpha = 0.1 runs (cached there)
+    runs = T3.runs(0.1, seeds, tier, weights=WEIGHTS)   # the Table 3 sweep's alpha = 0.1 runs (cached there)
     fit = np.array(GRID) <= FIT
     ratio, slopes, small, table = {}, {}, {}, []
     for case, steps in CASES.items():

@@ -49,8 +49,9 @@ def wobble(rows: list) -> float:
     return float(np.abs(d).mean() - abs(d.sum()) / len(d))
 
 
-def runs(alpha: float, seeds, tier="quick") -> list:
-    return C.train_seeds({"algo": "fedcm", "alpha": alpha, **HP}, seeds, None, tier, tag=C.main_tag(tier))
+def runs(alpha: float, seeds, tier="quick", weights: bool = False) -> list:
+    return C.train_seeds({"algo": "fedcm", "alpha": alpha, **HP}, seeds, None, tier, tag=C.main_tag(tier),
+                         weights=weights)
 
 
 def compute(seeds=3, tier="quick"):

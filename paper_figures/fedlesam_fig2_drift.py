@@ -30,6 +30,7 @@ from paper_figures import verdict as V
 from paper_figures.hooks import SHARP_RHO  # noqa: E402  (one radius, every tier)
 
 NAME = "fedlesam_fig2_drift"
+WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
          "fedsmoo": "FedSMOO", "fedlesam": "FedLESAM"}
 HP = dict(dir_alpha=0.1, rho=0.1, lamb=0.1)
@@ -97,7 +98,8 @@ def series(rows: list, probe: str, key: str) -> tuple[list, list]:
 def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
     trained = algos(tier)
-    runs = {a: C.train_seeds(hp(a, tier), seeds, None, tier, tag=C.main_tag(tier, QUICK_TAG)) for a in trained}
+    runs = {a: C.train_seeds(hp(a, tier), seeds, None, tier, tag=C.main_tag(tier, QUICK_TAG), weights=WEIGHTS)
+            for a in trained}
     per = {}
     for a, rs in runs.items():
         per[a] = []

@@ -28,6 +28,7 @@ from paper_figures import flatness as FL
 from paper_figures import verdict as V
 
 NAME = "fedsmoo_fig3_surface"
+WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
 ALGOS = {"fedavg": "FedAvg", "scaffold": "SCAFFOLD", "mofedsam": "MoFedSAM", "fedsmoo": "FedSMOO"}
 HP = dict(dir_alpha=0.1, rho=0.05, lamb=0.1)
 # mnist tier: FedSMOO Sec. 5.1's SAM lr per method (FedSMOO 0.1, lamb 0.1) at Dirichlet 0.1; FedAvg and FedSMOO are
@@ -104,7 +105,7 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
                                  for cid, b, m, key in comparisons if m == C.code_base(k, code)]
     for algo in trained:
         runs[algo] = C.train_seeds(tier_overrides(trained, overrides, tier, mnist, per_algo, code)[algo], seeds,
-                                   None, tier, tag=C.main_tag(tier))
+                                   None, tier, tag=C.main_tag(tier), weights=WEIGHTS)
         per[algo] = []
         for r in runs[algo]:
             s = plane(r["run_dir"])

@@ -31,6 +31,7 @@ from paper_figures import flatness as FL
 from paper_figures import verdict as V
 
 NAME = "fedsmoo_table2"
+WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
 ALPHAS = (0.6, 0.1)
 ALGOS = {"fedsam": "FedSAM", "fedsmoo": "FedSMOO"}
 HP = dict(rho=0.05, lamb=0.1)                    # FedSMOO Table 5's r and 1/beta scaled to the MLP (rho as the demo)
@@ -91,7 +92,8 @@ def measure(arm: str, alpha: float, seeds, tier="quick") -> tuple[list[dict], li
     """(one dict per seed: test accuracy, train loss, consistency (last-5-round mean), lam1, trace, adaptive
     sharpness; the train_seeds run dicts)."""
     out = []
-    runs = C.train_seeds(arm_cfg(arm, alpha, tier), seeds, None, tier, tag=C.main_tag(tier, "consensus"))
+    runs = C.train_seeds(arm_cfg(arm, alpha, tier), seeds, None, tier, tag=C.main_tag(tier, "consensus"),
+                         weights=WEIGHTS)
     for r in runs:
         cons = [p["fedsmoo_table2"] for row in r["rows"] for p in row.get("probes", [])
                 if p["event"] == "round" and p["probe"] == "consensus"]

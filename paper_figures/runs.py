@@ -17,6 +17,9 @@ again. A run that raises is
 recorded in failed.json and the others go on; a run whose loss goes non-finite is done, with ``diverged`` set (an
 outcome).
 
+Each done entry of a real tier is also recorded in git (:mod:`paper_figures.ledger`), and :func:`tasks` restores a
+missing one from that record, without checkpoints; a caller that reads weights (``weights=True``) trains it again.
+
 Hooks are named by ``tag`` in :data:`HOOKS` ("module:function" -> ``function(seed) -> [hooks]``) so that a pool
 worker (a fresh process) builds the same ones. Every run also carries :class:`MatchedFit`.
 """
@@ -31,7 +34,7 @@ import time
 from pathlib import Path
 
 from paper_figures import entry as E
-from paper_figures import tiers
+from paper_figures import ledger, tiers
 from paper_figures.entry import (HOOKS, PKG, RUNGS, TRAINING_SOURCES, MatchedFit, curve, hook_sources,  # noqa: F401
                                  hooks_for, hooks_source_hash, key_of, result, training_source_hash)
 from paper_figures.entry import CURVE_DIGITS, CURVES  # noqa: F401  (re-exported: the cache's public names)
@@ -62,8 +65,10 @@ def estimate(cfg, tag: str, tier: str) -> float:
     return cfg.rounds * per_round * HOOK_COST.get(tag, 1.0)
 
 
-def tasks(items, tier: str, out_root=None) -> list[dict]:
-    """(overrides, seed, tag) items -> task dicts (config, tag, key, path, est), duplicates dropped, order kept."""
+def tasks(items, tier: str, out_root=None, weights: bool = False) -> list[dict]:
+    """(overrides, seed, tag) items -> task dicts (config, tag, key, path, est, weights), duplicates dropped, order
+    kept. ``weights``: the caller reads the runs' checkpoints, so a light entry will not do. A missing entry is
+    restored from the ledger where it holds the run (:mod:`paper_figures.ledger`)."""
     base, out, seen = Path(out_root) if out_root is not None else root(tier), [], set()
     for overrides, seed, tag in items:
         cfg = tiers.config(overrides, seed, tier)
@@ -73,8 +78,9 @@ def tasks(items, tier: str, out_root=None) -> list[dict]:
         if str(path) in seen:
             continue
         seen.add(str(path))
+        ledger.restore(path)
         out.append({"config": cfg.to_dict(), "tag": tag, "key": key, "path": str(path), "seed": seed,
-                    "est": estimate(cfg, tag, tier)})
+                    "est": estimate(cfg, tag, tier), "weights": weights})
     return out
 
 
@@ -179,6 +185,8 @@ def status(task: dict) -> str:
     old = json.loads((p / "key.json").read_text())
     if old != task["key"] and not same_behaviour(old, task["key"], p.parent):
         return "new"
+    if task.get("weights") and ledger.light(p):      # restored without checkpoints; this caller reads them
+        return "new"
     return "done" if (p / "done.json").exists() else "failed" if (p / "failed.json").exists() else \
         "partial" if (p / "run" / "ckpt" / "last.pt").exists() else "new"
 
@@ -204,6 +212,12 @@ def ensure_pack(tasks: list[dict]) -> list[dict]:
         except Exception as e:                    # noqa: BLE001  (one failing run is recorded, not fatal)
             recs[i] = E._failed(task, e)
     recs.update(E.train_entries(todo, t0))
+    for rec in recs.values():
+        if rec["status"] == "done":
+            try:
+                ledger.keep(rec["path"])
+            except OSError as e:                      # a full disk costs the record, not the run
+                print(f"warning: ledger: {rec['path']}: {e}", file=sys.stderr)
     return [recs[i] for i in range(len(tasks))]
 
 

@@ -31,10 +31,10 @@ def collect(tier: str, seeds: int, only=None) -> tuple[list[dict], dict]:
     tasks, per = OrderedDict(), {}
     for name in dict.fromkeys(only) if only else ORDER:
         mod = importlib.import_module(f"paper_figures.{name}")
-        ts = R.tasks(mod.run_list(tier, seeds), tier)
+        ts = R.tasks(mod.run_list(tier, seeds), tier, weights=getattr(mod, "WEIGHTS", False))
         per[name] = [t["path"] for t in ts]
         for t in ts:
-            tasks.setdefault(t["path"], t)
+            tasks.setdefault(t["path"], t)["weights"] |= t["weights"]     # one script reading weights is enough
     return list(tasks.values()), per
 
 
