@@ -49,14 +49,17 @@ def _kept(entry: Path) -> bool:
 
 
 def keep(entry) -> Path | None:
-    """Write the record of the done run at ``entry`` (once; deterministic bytes), and the cache's fingerprint
-    memo beside it. Returns the record's path, or None where no ledger is kept."""
+    """Write the record of the done run at ``entry`` (deterministic bytes), and the cache's fingerprint memo beside
+    it. A record is written once per run key: a run trained again under a new key replaces it; a light entry writes
+    nothing. Returns the record's path, or None where no ledger is kept."""
     from paper_figures.fingerprint import MEMO
     entry = Path(entry)
     if not _kept(entry) or not (entry / "done.json").exists():
         return None
     path = _record_path(entry)
-    if not path.exists():
+    if light(entry):
+        return path
+    if not path.exists() or _stored(path)["key.json"] != (entry / "key.json").read_text():
         rec = {f: (entry / f).read_text() for f in FILES}
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as z:
@@ -75,7 +78,7 @@ def restore(entry) -> bool:
     path = _record_path(entry) if _kept(entry) else None
     if path is None or entry.exists() or not path.exists():
         return False
-    rec = json.loads(gzip.decompress(path.read_bytes()))
+    rec = _stored(path)
     rec["done.json"] = json.dumps({**json.loads(rec["done.json"]), "light": True}, indent=1) + "\n"
     for f in FILES:
         _atomic(entry / f, rec[f].encode())
@@ -91,6 +94,10 @@ def light(entry) -> bool:
         return bool(json.loads((Path(entry) / "done.json").read_text()).get("light"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _stored(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
 
 
 def _merge_memo(path: Path, memo: dict) -> None:

@@ -67,15 +67,23 @@ def test_a_script_that_reads_weights_trains_a_light_run_again_to_the_same_number
     assert strip(again["rows"]) == strip(first["rows"])
 
 
-def test_a_record_from_other_code_is_not_trusted_without_its_fingerprint(cache):
+def test_a_record_from_other_code_is_not_trusted_without_its_fingerprint_and_is_replaced(cache):
     task, _ = cache
     rec = L.folder("quick") / f"{Path(task['path']).name}.json.gz"
-    body = json.loads(gzip.decompress(rec.read_bytes()))
+    good = rec.read_bytes()
+    body = json.loads(gzip.decompress(good))
     body["key.json"] = json.dumps({**json.loads(body["key.json"]), "source": "0" * 12})
     rec.write_bytes(gzip.compress(json.dumps(body).encode()))
     fresh_machine(task)
     R.tasks([(TINY, 0, "")], "quick")
     assert L.light(task["path"]) and R.status(task) == "new"           # no memo for that source: trained again
+    assert L.keep(task["path"]) and rec.read_bytes() != good           # a light entry writes no record
+    C.train_seeds(TINY, [0], tier="quick")
+    assert json.loads(gzip.decompress(rec.read_bytes()))["key.json"] == good_key(good)    # the new key's record
+
+
+def good_key(record: bytes) -> str:
+    return json.loads(gzip.decompress(record))["key.json"]
 
 
 def test_no_ledger_outside_the_tiers_it_keeps_or_a_caller_s_own_cache(cache, tmp_path, monkeypatch):
