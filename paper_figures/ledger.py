@@ -80,7 +80,7 @@ def restore(entry) -> bool:
         return False
     rec = _stored(path)
     rec["done.json"] = json.dumps({**json.loads(rec["done.json"]), "light": True}, indent=1) + "\n"
-    for f in FILES:
+    for f in sorted(FILES, key=lambda f: f == "done.json"):     # done.json last: a cut-off restore is not done
         _atomic(entry / f, rec[f].encode())
     memo = path.parent / MEMO
     if memo.exists():
