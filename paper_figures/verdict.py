@@ -460,8 +460,8 @@ def _same(stored: dict, fresh: dict) -> bool:
         return False
     if "runs" in stored or "runs" in fresh:
         keys = ("runs", "flags", "margin_from", "baseline")
-        if any(stored.get(k) != fresh.get(k) for k in keys) or stored.get("gate", {}).get("measure") != \
-                fresh.get("gate", {}).get("measure"):
+        same = lambda k: json.dumps(stored.get(k)) == json.dumps(fresh.get(k))        # noqa: E731  (NaN == NaN)
+        if not all(map(same, keys)) or stored.get("gate", {}).get("measure") != fresh.get("gate", {}).get("measure"):
             return False
         return _close(stored["gate"]["tol"], fresh["gate"]["tol"]) and _close(stored["margin"], fresh["margin"])
     return True
