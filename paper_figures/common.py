@@ -22,6 +22,7 @@ the real tiers: :func:`code_form`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -125,12 +126,27 @@ def run_script(name: str, compute, doc: str, argv=None, plot=None, summary=None)
 
 def _run_script(name: str, compute, doc: str, argv, plot, summary) -> dict:
     args = parse_args(doc.split("\n\n")[0], argv)
+    from paper_figures import probed
     mod = sys.modules.get(getattr(compute, "__module__", ""), None)
-    try:
-        if mod is not None and hasattr(mod, "run_list"):
-                    runs.train_pool(runs.tasks(mod.run_list(args.tier, args.seeds), args.tier), args.workers,
+    listed = mod is not None and hasattr(mod, "run_list")
+    weights = getattr(mod, "WEIGHTS", False)
+
+    def train(strict: bool):
+        if listed:
+            runs.train_pool(runs.tasks(mod.run_list(args.tier, args.seeds), args.tier, weights=strict), args.workers,
                             quiet=args.quiet, pack=args.pack)
-        out = compute(args.seeds, args.tier)
+    try:
+        try:                                          # a weights script: first from what the ledger kept
+            with probed.lenient() if weights else contextlib.nullcontext():
+                train(False)
+                out = compute(args.seeds, args.tier)
+        except probed.NeedWeights as e:               # then its light runs are trained again (module probed)
+            print(f"{name}: {e}; training its runs restored from the ledger again", file=sys.stderr)
+            train(True)
+            out = compute(args.seeds, args.tier)
+        if weights and listed:
+            probed.stamp(args.tier, name, [t["path"] for t in runs.tasks(mod.run_list(args.tier, args.seeds),
+                                                                         args.tier)])
     except UserError as e:
         run_error(e)
     data, fig = (out, plot(out)) if plot is not None else out
@@ -175,7 +191,8 @@ def train_seeds(cfg_overrides: dict, seeds, out_root=None, tier="quick", callbac
     "diverged", "matched"}, ...]: rows are the metrics.jsonl rows (with the hooks' probe rows), ``diverged`` the
     reason training went non-finite (None if it did not; such a run is an outcome, never dropped), ``matched``
     {rung: checkpoint path} of the matched-fit ladder. ``weights``: the caller reads the checkpoints (its module's
-    ``WEIGHTS``), so a run restored from the ledger without them is trained again (:mod:`paper_figures.ledger`)."""
+    ``WEIGHTS``), so a run restored from the ledger without them is trained again, except in ``run_script``'s first,
+    lenient pass, which measures from what :mod:`paper_figures.probed` kept."""
     t = tier_of(tier)
     if callbacks_fn is not None and tag not in runs.HOOKS:
         raise ValueError(f"train_seeds: tag {tag!r} is not in paper_figures.runs.HOOKS; register its hooks there "
@@ -189,6 +206,9 @@ def matched_checkpoints(runs_: list) -> dict:
     run of ``runs_`` (train_seeds results) reached, and each run's model-only checkpoint there (saved the first
     time its train loss fell below the rung): ``{"rung": r or None, "paths": [...], "rounds": [...]}`` in the
     order of ``runs_``. A comparison probes each algorithm at this common rung."""
+    from paper_figures import probed
+    if any(x.get("matched", {}) is None for x in runs_):      # a light entry recorded before its rounds were kept
+        raise probed.NeedWeights("a run restored from the ledger does not keep its matched-fit rounds")
     common_rungs = [r for r in runs.RUNGS if all(str(r) in x.get("matched", {}) for x in runs_)]
     if not common_rungs or not runs_:
         return {"rung": None, "paths": [], "rounds": []}

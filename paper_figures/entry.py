@@ -32,6 +32,7 @@ HOOKS = {                                     # tag -> "module:function(seed) ->
 # full: the papers' CIFAR-10 setting on one GPU, from the measured FedAvg round (ResNet-18-GN, 100 clients, Bernoulli
 # 10%, 5 epochs: ~500 client-steps of batch 50; compiled, fp32) in benchmarks/gpu_check.md; an evaluation (12,000
 # images, forward only) as a third of the same number of training steps' cost: derived, not measured
+MATCHED = "matched/rounds.json"      # a light entry keeps its matched-fit rounds here (paper_figures.ledger)
 
 
 def _hash_files(files, root: Path = PKG) -> str:
@@ -226,6 +227,17 @@ def curve(rows, seed: int, diverged) -> dict:
             "test_acc": [sig(r["test_acc"]) for r in ev], "train_loss": [sig(r.get("train_loss")) for r in ev]}
 
 
+def matched_rounds(entry) -> dict:
+    """{rung: round} of the entry's matched-fit checkpoints (``matched/loss_<rung>.pt``); a light entry keeps the
+    map alone (``matched/rounds.json``), so a comparison at matched fit finds the same rung without the files."""
+    import torch
+    entry = Path(entry)
+    if (entry / MATCHED).exists():
+        return json.loads((entry / MATCHED).read_text())
+    return {p.stem.split("_", 1)[1]: int(torch.load(p, weights_only=True)["round"])
+            for p in sorted((entry / "matched").glob("loss_*.pt"))}
+
+
 def result(rec: dict) -> dict:
     """A done entry as train_seeds returns it (a failed one raises its error); its ``id`` (the entry's name) and
     ``curve`` (:func:`curve`) are also kept in :data:`CURVES`."""
@@ -238,10 +250,10 @@ def result(rec: dict) -> dict:
     rows = plots.read_metrics(entry / "run")
     cfg = json.loads((entry / "run" / "config.json").read_text())
     acc = [r["test_acc"] for r in rows if "test_acc" in r]
-    matched = {}
-    for p in (entry / "matched").glob("loss_*.pt"):
-        import torch
-        matched[p.stem.split("_", 1)[1]] = {"path": str(p), "round": int(torch.load(p, weights_only=True)["round"])}
+    # a light entry has the rounds alone (or nothing, from an older record: None, so a comparison cannot miss them)
+    rounds = matched_rounds(entry) if not done.get("light") or (entry / MATCHED).exists() else None
+    matched = None if rounds is None else \
+        {r: {"path": str(entry / "matched" / f"loss_{r}.pt"), "round": n} for r, n in rounds.items()}
     diverged = done.get("diverged") or next((r["diverged"] for r in rows if r.get("diverged")), None)
     CURVES[entry.name] = cur = curve(rows, cfg["seed"], diverged)
     return {"seed": cfg["seed"], "run_dir": str(entry / "run"), "test_acc": acc[-1] if acc else float("nan"),

@@ -27,10 +27,11 @@ import numpy as np
 
 from paper_figures import common as C
 from paper_figures import fedcm_table3_alpha as T3
+from paper_figures import probed
 from paper_figures import verdict as V
 
 NAME = "fedcm_dispersion"
-WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
+WEIGHTS = True                                       # reads checkpoints: measurements kept by paper_figures.probed
 GRID = (0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 FIT = 0.4
 def run_list(tier, seeds) -> list:
@@ -41,6 +42,7 @@ def run_list(tier, seeds) -> list:
 CASES = {"own K_i (local epochs)": None, "equal K = 8 steps": 8}
 
 
+@probed.memo(sources=("fedlab_analysis/trainers", "fedlab_analysis/algos.py", "fedlab_analysis/config.py"))
 def one_round(run_dir: str, alpha: float, local_steps: int | None = None) -> float:
     """Dispersion of the final local models of one more round from the checkpoint, with FedCM's alpha set (and,
     with ``local_steps``, every client taking that many steps)."""

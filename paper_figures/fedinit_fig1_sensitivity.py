@@ -150,15 +150,15 @@ def plot(res: dict):
             a = np.array(res[f"acc_beta_{f}"], dtype=float)
             ax[0, 1].errorbar(res["beta"], np.nanmean(a, 1), yerr=np.nanstd(a, 1, ddof=1), fmt="s:", capsize=3,
                               color="C9", label=CODE[f][1])
-            ax[0, 1].legend(fontsize=7, loc="lower left")
     ax[0, 0].set_xticks(res["K"], [f"{k:g}" for k in res["K"]])      # the grid's K, not log-scale decades
     ax[0, 0].minorticks_off()
-    for b, n in res["nonfinite_runs"].items():                       # diverged runs are marked, never dropped
-        if n:
-            y = np.nanmin(res["acc_beta"])
-            ax[0, 1].plot(float(b), y, "x", color="C3")                # on the axis, so the limits include it
-            ax[0, 1].annotate(f"{n} of {len(res['acc_beta'][0])}\ndiverged", (float(b), y), xytext=(0, 5),
-                              textcoords="offset points", ha="center", va="bottom", fontsize=7, color="C3")
+    marked = [(float(b), n) for b, n in res["nonfinite_runs"].items() if n]   # diverged runs: marked, never dropped
+    for i, (b, n) in enumerate(marked):                              # "n/seeds": short, so neighbours never overlap
+        y = np.nanmin(res["acc_beta"])
+        ax[0, 1].plot(b, y, "x", color="C3", label="FedInit diverged (runs/seeds)" if i == 0 else None)
+        ax[0, 1].annotate(f"{n}/{len(res['acc_beta'][0])}", (b, y), xytext=(0, 5), textcoords="offset points",
+                          ha="center", va="bottom", fontsize=7, color="C3")
+    ax[0, 1].legend(fontsize=7, loc="upper right")
     c = res["config"]
     fig.suptitle(f"FedInit Fig. 1 — FedInit on {c['dataset']} ({c['model']}), {c['clients']} clients at "
                  f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, {c['rounds']} rounds, mean ± std over "

@@ -26,11 +26,12 @@ import numpy as np
 
 from paper_figures import common as C
 from paper_figures import flatness as FL
+from paper_figures import probed
 from paper_figures import verdict as V
 from paper_figures.hooks import SHARP_RHO  # noqa: E402  (one radius, every tier)
 
 NAME = "fedlesam_fig2_drift"
-WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
+WEIGHTS = True                                       # reads checkpoints: measurements kept by paper_figures.probed
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
          "fedsmoo": "FedSMOO", "fedlesam": "FedLESAM"}
 HP = dict(dir_alpha=0.1, rho=0.1, lamb=0.1)
@@ -81,11 +82,12 @@ def hooks(seed):
             sharpness.make_hook(method="ascent", ascent_steps=5, samples=SAMPLES, rho=SHARP_RHO)]
 
 
-def sharp_at(path) -> float:
+@probed.memo
+def sharp_at(path, samples: int = SAMPLES, rho: float = SHARP_RHO) -> float:
     """Global sharpness at a checkpoint as the hook measures it: 5 ascent steps, radius SHARP_RHO."""
     from fedlab_analysis.probes.sharpness import global_sharpness
-    b = FL.bundle(path, SAMPLES)
-    return global_sharpness(b.f, b.theta, b.X, b.y, SHARP_RHO, "ascent", 5)["sharpness"]
+    b = FL.bundle(path, samples)
+    return global_sharpness(b.f, b.theta, b.X, b.y, rho, "ascent", 5)["sharpness"]
 
 
 def series(rows: list, probe: str, key: str) -> tuple[list, list]:

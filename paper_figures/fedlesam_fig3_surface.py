@@ -22,7 +22,7 @@ from paper_figures import common as C
 from paper_figures.fedsmoo_fig3_surface import surfaces, tier_algos, tier_overrides
 
 NAME = "fedlesam_fig3_surface"
-WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
+WEIGHTS = True                                       # reads checkpoints: measurements kept by paper_figures.probed
 ALGOS = {"fedavg": "FedAvg", "fedsam": "FedSAM", "fedgamma": "FedGAMMA", "fedsmoo": "FedSMOO",
          "fedlesam-d": "FedLESAM-D"}
 HP = dict(dir_alpha=0.1, rho=0.1, lamb=0.1)      # the paper's rho = 0.1 for FedGAMMA, FedSMOO and FedLESAM-D

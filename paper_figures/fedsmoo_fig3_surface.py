@@ -25,10 +25,11 @@ import torch
 
 from paper_figures import common as C
 from paper_figures import flatness as FL
+from paper_figures import probed
 from paper_figures import verdict as V
 
 NAME = "fedsmoo_fig3_surface"
-WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
+WEIGHTS = True                                       # reads checkpoints: measurements kept by paper_figures.probed
 ALGOS = {"fedavg": "FedAvg", "scaffold": "SCAFFOLD", "mofedsam": "MoFedSAM", "fedsmoo": "FedSMOO"}
 HP = dict(dir_alpha=0.1, rho=0.05, lamb=0.1)
 # mnist tier: FedSMOO Sec. 5.1's SAM lr per method (FedSMOO 0.1, lamb 0.1) at Dirichlet 0.1; FedAvg and FedSMOO are
@@ -68,6 +69,7 @@ LABEL = {"center_loss": "lower minimum (centre loss)", "rise": "flatter (mean ri
          "rise_matched": "flatter (mean rise over the plane) at matched train loss"}
 
 
+@probed.memo
 def plane(run_dir: str, samples: int = SAMPLES, grid: int = GRID, span: float = RANGE) -> dict:
     """The loss on a random filter-normalised plane (direction seed 0) around the run's final global model."""
     from fedlab_analysis import checkpoint
@@ -157,14 +159,15 @@ def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, 
     return data, fig
 
 
-def plane_at(path) -> dict:
+@probed.memo
+def plane_at(path, samples: int = SAMPLES, grid: int = GRID, span: float = RANGE) -> dict:
     """The plane of :func:`plane` around a checkpoint file (a matched-fit checkpoint)."""
     from fedlab_analysis import checkpoint
     from fedlab_analysis.probes import landscape
     from fedlab_analysis.probes.common import rebuild
-    b = rebuild(checkpoint.load(Path(path)), data="train", samples=SAMPLES, seed=0, dtype=torch.float64)
+    b = rebuild(checkpoint.load(Path(path)), data="train", samples=samples, seed=0, dtype=torch.float64)
     d1, d2 = landscape.plane_random(b.space, b.theta, seed=0)
-    s = landscape.surface(b.f, b.theta, d1, d2, (b.X, b.y), grid=GRID, range_=(-RANGE, RANGE))
+    s = landscape.surface(b.f, b.theta, d1, d2, (b.X, b.y), grid=grid, range_=(-span, span))
     return {"rise": float(np.mean(s["loss"]) - s["center_loss"])}
 
 

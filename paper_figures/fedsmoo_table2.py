@@ -28,10 +28,11 @@ import torch
 
 from paper_figures import common as C
 from paper_figures import flatness as FL
+from paper_figures import probed
 from paper_figures import verdict as V
 
 NAME = "fedsmoo_table2"
-WEIGHTS = True                                       # reads checkpoints: a light ledger entry is trained again
+WEIGHTS = True                                       # reads checkpoints: measurements kept by paper_figures.probed
 ALPHAS = (0.6, 0.1)
 ALGOS = {"fedsam": "FedSAM", "fedsmoo": "FedSMOO"}
 HP = dict(rho=0.05, lamb=0.1)                    # FedSMOO Table 5's r and 1/beta scaled to the MLP (rho as the demo)
@@ -56,6 +57,7 @@ def consensus_hooks(seed):
     return [consensus.make_hook(by="group")]
 
 
+@probed.memo
 def hessian(run_dir: str, samples: int = SAMPLES) -> dict:
     """Top eigenvalue and trace of the train CE Hessian at the run's final global model (float64)."""
     from fedlab_analysis import checkpoint

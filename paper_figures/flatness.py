@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from paper_figures import common as C
+from paper_figures import probed
 from paper_figures import verdict as V
 
 RHO, ETA, STEPS, SAMPLES = 0.5, 0.01, 5, 1000
@@ -34,13 +35,15 @@ def last(run: dict) -> Path:
     return Path(run["run_dir"]) / "ckpt" / "last.pt"
 
 
-def adaptive(path, samples: int = SAMPLES) -> float:
+@probed.memo
+def adaptive(path, samples: int = SAMPLES, rho: float = RHO, eta: float = ETA, steps: int = STEPS) -> float:
     """Adaptive sharpness of the checkpoint's global model on its first ``samples`` training samples."""
     from fedlab_analysis.probes.sharpness import adaptive_sharpness
     b = bundle(path, samples)
-    return adaptive_sharpness(b.f, b.theta, b.X, b.y, RHO, eta=ETA, method="ascent", steps=STEPS)["sharpness"]
+    return adaptive_sharpness(b.f, b.theta, b.X, b.y, rho, eta=eta, method="ascent", steps=steps)["sharpness"]
 
 
+@probed.memo
 def lam1(path, samples: int = SAMPLES) -> float:
     """Top eigenvalue of the training cross-entropy Hessian at the checkpoint (Lanczos, float64)."""
     from fedlab_analysis.probes.curvature import HessianOperator, top_eigenvalues
@@ -48,6 +51,7 @@ def lam1(path, samples: int = SAMPLES) -> float:
     return top_eigenvalues(HessianOperator(b.f, b.theta, (b.X, b.y)), k=1, tol=1e-4, seed=0)["eigenvalues"][0]
 
 
+@probed.memo
 def train_loss(path, samples: int = SAMPLES) -> float:
     import torch.nn.functional as F
     b = bundle(path, samples)

@@ -6,7 +6,8 @@ The real tiers take longer than a session, so their finished runs must outlive t
 
 The ledger keeps one file per done run: ``<out>/ledger/<tier>/<entry>.json.gz``.
 It holds the run's key.json, done.json, run/config.json and run/metrics.jsonl (about 40 KB a run).
-It keeps no checkpoint (a real tier's run leaves 80 MB of them).
+It keeps no checkpoint (a real tier's run leaves 80 MB of them), only the rounds of its matched-fit ones.
+What a script measured on those checkpoints is kept beside it (:mod:`paper_figures.probed`).
 It also keeps the cache's fingerprint memo, so a run trained by older code stays usable when its numbers match.
 ``python -m paper_figures.ledger --tier mnist`` records every done run of a cache (one trained before the ledger).
 
@@ -14,7 +15,7 @@ It also keeps the cache's fingerprint memo, so a run trained by older code stays
 :func:`restore` rebuilds a missing entry from its record (``runs.tasks`` calls it).
 A restored entry is light: its done.json says ``"light": true`` and it has no checkpoints.
 It serves every script that reads metrics rows.
-A script that reads weights (``WEIGHTS = True``: a Hessian, a surface, a matched-fit checkpoint) trains it again.
+A script that reads weights (``WEIGHTS = True``) uses what :mod:`paper_figures.probed` kept, or trains it again.
 
 Only the tiers in :data:`TIERS` and only the tier's own cache keep a ledger: quick runs take seconds.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from fedlab_analysis.cli import guard
 from paper_figures import tiers
+from paper_figures.entry import MATCHED, matched_rounds  # noqa: F401  (the record keeps them)
 
 TIERS = ("mnist", "fmnist", "full")
 FILES = ("key.json", "done.json", "run/config.json", "run/metrics.jsonl")
@@ -50,8 +52,9 @@ def _kept(entry: Path) -> bool:
 
 def keep(entry) -> Path | None:
     """Write the record of the done run at ``entry`` (deterministic bytes), and the cache's fingerprint memo beside
-    it. A record is written once per run key: a run trained again under a new key replaces it; a light entry writes
-    nothing. Returns the record's path, or None where no ledger is kept."""
+    it. A record is written when it differs from the run's files (a new run; one trained again; one recorded before
+    the matched-fit rounds were kept); a light entry writes nothing. Returns the record's path, or None where no
+    ledger is kept."""
     from paper_figures.fingerprint import MEMO
     entry = Path(entry)
     if not _kept(entry) or not (entry / "done.json").exists():
@@ -59,8 +62,11 @@ def keep(entry) -> Path | None:
     path = _record_path(entry)
     if light(entry):
         return path
-    if not path.exists() or _stored(path)["key.json"] != (entry / "key.json").read_text():
-        rec = {f: (entry / f).read_text() for f in FILES}
+    rec = {f: (entry / f).read_text() for f in FILES}
+    rounds = matched_rounds(entry)
+    if rounds:
+        rec[MATCHED] = json.dumps(rounds, sort_keys=True)
+    if not path.exists() or _stored(path) != rec:
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as z:
             z.write(json.dumps(rec, sort_keys=True).encode())
@@ -80,7 +86,7 @@ def restore(entry) -> bool:
         return False
     rec = _stored(path)
     rec["done.json"] = json.dumps({**json.loads(rec["done.json"]), "light": True}, indent=1) + "\n"
-    for f in sorted(FILES, key=lambda f: f == "done.json"):     # done.json last: a cut-off restore is not done
+    for f in sorted(rec, key=lambda f: f == "done.json"):       # done.json last: a cut-off restore is not done
         _atomic(entry / f, rec[f].encode())
     memo = path.parent / MEMO
     if memo.exists():

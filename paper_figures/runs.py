@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from paper_figures import entry as E
-from paper_figures import ledger, tiers
+from paper_figures import ledger, probed, tiers
 from paper_figures.entry import (HOOKS, PKG, RUNGS, TRAINING_SOURCES, MatchedFit, curve, hook_sources,  # noqa: F401
                                  hooks_for, hooks_source_hash, key_of, result, training_source_hash)
 from paper_figures.entry import CURVE_DIGITS, CURVES  # noqa: F401  (re-exported: the cache's public names)
@@ -185,8 +185,8 @@ def status(task: dict) -> str:
     old = json.loads((p / "key.json").read_text())
     if old != task["key"] and not same_behaviour(old, task["key"], p.parent):
         return "new"
-    if task.get("weights") and ledger.light(p):      # restored without checkpoints; this caller reads them
-        return "new"
+    if task.get("weights") and ledger.light(p) and not probed.is_lenient():   # restored without checkpoints; this
+        return "new"                                                         # caller reads them (module probed)
     return "done" if (p / "done.json").exists() else "failed" if (p / "failed.json").exists() else \
         "partial" if (p / "run" / "ckpt" / "last.pt").exists() else "new"
 

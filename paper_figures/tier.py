@@ -17,6 +17,7 @@ from collections import OrderedDict
 from fedlab_analysis.cli import guard
 from paper_figures import common
 from paper_figures.claims import TOY  # noqa: F401  (re-exported: the Makefile reads tier.TOY)
+from paper_figures import probed
 from paper_figures import runs as R
 
 ORDER = ("fedsmoo_table2", "fedlesam_fig2_drift", "fedcm_table3_alpha", "fedinit_table6", "fedals_table2",
@@ -31,8 +32,10 @@ def collect(tier: str, seeds: int, only=None) -> tuple[list[dict], dict]:
     tasks, per = OrderedDict(), {}
     for name in dict.fromkeys(only) if only else ORDER:
         mod = importlib.import_module(f"paper_figures.{name}")
-        ts = R.tasks(mod.run_list(tier, seeds), tier, weights=getattr(mod, "WEIGHTS", False))
+        ts = R.tasks(mod.run_list(tier, seeds), tier)
         per[name] = [t["path"] for t in ts]
+        for t in ts:                                # a weights script whose measurements are kept: light runs do
+            t["weights"] = getattr(mod, "WEIGHTS", False) and not probed.stamped(tier, name, per[name])
         for t in ts:
             tasks.setdefault(t["path"], t)["weights"] |= t["weights"]     # one script reading weights is enough
     return list(tasks.values()), per

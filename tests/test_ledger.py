@@ -39,7 +39,7 @@ def test_a_done_run_is_recorded_once_in_stable_bytes(cache):
     rec = L.folder("quick") / f"{Path(task['path']).name}.json.gz"
     assert rec.exists(), "ensure_pack keeps the record of a run it finished"
     body = json.loads(gzip.decompress(rec.read_bytes()))
-    assert set(body) == set(L.FILES) and "ckpt" not in str(body.keys())
+    assert set(body) == {*L.FILES, L.MATCHED} and "ckpt" not in str(body.keys())   # the matched-fit rounds, no file
     was = rec.read_bytes()
     rec.unlink()
     assert L.keep(task["path"]) == rec and rec.read_bytes() == was      # gzip without a time stamp: same bytes
@@ -51,7 +51,7 @@ def test_a_fresh_machine_gets_the_run_back_without_training(cache):
     assert R.status(task) == "new"
     again = C.train_seeds(TINY, [0], tier="quick")[0]                  # restored by runs.tasks, nothing trained
     entry = Path(task["path"])
-    assert L.light(entry) and not (entry / "run" / "ckpt").exists() and not again["matched"]
+    assert L.light(entry) and not (entry / "run" / "ckpt").exists() and not (entry / "matched" / "loss_0.3.pt").exists()
     assert again["rows"] == first["rows"] and again["test_acc"] == first["test_acc"] and again["id"] == first["id"]
 
 

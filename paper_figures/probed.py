@@ -1,0 +1,147 @@
+"""Measurements kept beside the run ledger, so a script that reads weights need not train its runs again.
+
+A weights script (``WEIGHTS = True``) measures checkpoints: a Hessian, a loss surface, a sharpness, one more round.
+The ledger keeps no checkpoint, so a run restored from it (a light entry) cannot be measured again.
+:func:`memo` wraps such a measurement ``fn(path, ...)`` and keeps its result per run:
+``<out>/ledger/<tier>/<entry>.probes.json``.
+A result is keyed by the checkpoint (its path inside the run), the function, every argument (defaults applied),
+and a hash of the function's source and of the code it runs (:data:`SOURCES`).
+It serves on any machine while the run's key.json is the same; a run trained again under a new key starts afresh.
+Every call returns the JSON form of the result, so a kept result and a fresh one are the same object.
+
+``common.run_script`` computes a weights script twice at most.
+First leniently (:func:`lenient`): a light entry is not trained again; a measurement it lacks raises
+:class:`NeedWeights`.
+Then, only on that error, strictly: the script's light runs are trained again, through the pool, and measured.
+A script that finished records its runs in ``probed.json`` (:func:`stamp`).
+The tier runner then trains those runs again for it no more (:func:`stamped`).
+Only the tiers that keep a ledger keep measurements; elsewhere :func:`memo` just calls ``fn``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+
+from paper_figures import ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("fedlab_analysis/probes", "fedlab_analysis/checkpoint.py", "fedlab_analysis/models.py",
+           "fedlab_analysis/params.py", "fedlab_analysis/data", "paper_figures/flatness.py")
+STAMPS = "probed.json"
+_STATE = {"lenient": False}
+
+
+class NeedWeights(Exception):
+    """A measurement of a light entry (restored from the ledger without checkpoints) that the ledger does not keep."""
+
+
+@contextlib.contextmanager
+def lenient():
+    """Within: a weights caller takes a light entry as done (``runs.status``); a missing measurement raises."""
+    old, _STATE["lenient"] = _STATE["lenient"], True
+    try:
+        yield
+    finally:
+        _STATE["lenient"] = old
+
+
+def is_lenient() -> bool:
+    return _STATE["lenient"]
+
+
+def _hash_sources(paths) -> str:
+    h = hashlib.sha1()
+    missing = [s for s in paths if not (ROOT / s).exists()]
+    if missing:
+        raise FileNotFoundError(f"probed.memo: no source {missing[0]!r}")
+    for p in sorted(f for s in paths for f in ([ROOT / s] if (ROOT / s).is_file() else (ROOT / s).rglob("*.py"))):
+        h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _entry(path: Path) -> Path | None:
+    """The run-cache entry (the folder with key.json) that holds ``path``."""
+    return next((p for p in (path, *path.parents) if (p / "key.json").exists()), None)
+
+
+def _plain(x):
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.tolist()
+    raise TypeError(f"probed.memo: cannot keep a {type(x).__name__}")
+
+
+def path_of(entry: Path) -> Path:
+    """``<out>/ledger/<tier>/<entry>.probes.json``."""
+    return ledger.folder(entry.parent.name) / f"{entry.name}.probes.json"
+
+
+def kept(entry: Path) -> dict:
+    """The entry's kept measurements ({} when none, or when they belong to another key of the run)."""
+    p = path_of(entry)
+    if not p.exists():
+        return {}
+    d = json.loads(p.read_text())
+    return d["results"] if d.get("key") == _key(entry) else {}
+
+
+def _key(entry: Path) -> str:
+    return hashlib.sha1((entry / "key.json").read_bytes()).hexdigest()[:12]
+
+
+def memo(fn=None, *, sources: tuple = ()):
+    """Decorator: keep ``fn(path, ...)``'s result per run (see the module). ``sources`` adds code it runs beyond
+    :data:`SOURCES` (paths from the repository root)."""
+    if fn is None:
+        return lambda f: memo(f, sources=sources)
+    sig = inspect.signature(fn)
+    first = next(iter(sig.parameters))
+    code = _hash_sources(SOURCES + tuple(sources))
+    code = hashlib.sha1((code + inspect.getsource(fn)).encode()).hexdigest()[:12]
+
+    @functools.wraps(fn)
+    def wrapped(*a, **kw):
+        b = sig.bind(*a, **kw)
+        b.apply_defaults()
+        args = dict(b.arguments)
+        path = Path(args.pop(first))
+        entry = _entry(path)
+        if entry is None or not ledger._kept(entry):
+            return json.loads(json.dumps(fn(*a, **kw), default=_plain))
+        name = json.dumps([f"{fn.__module__}.{fn.__qualname__}", path.relative_to(entry).as_posix(), args, code],
+                          sort_keys=True, default=str)
+        results = kept(entry)
+        if name in results:
+            return results[name]
+        if ledger.light(entry):
+            raise NeedWeights(f"{entry.name}: {fn.__qualname__} is not kept for this run, and it has no checkpoints")
+        out = json.loads(json.dumps(fn(*a, **kw), default=_plain))
+        results = {**kept(entry), name: out}
+        ledger._atomic(path_of(entry), (json.dumps({"key": _key(entry), "results": results}, indent=0,
+                                                   sort_keys=True) + "\n").encode())
+        return out
+    return wrapped
+
+
+def stamp(tier: str, script: str, paths) -> None:
+    """Record that ``script`` measured the runs at ``paths`` (its whole run list) in ``tier``."""
+    if tier not in ledger.TIERS:
+        return
+    p = ledger.folder(tier) / STAMPS
+    d = json.loads(p.read_text()) if p.exists() else {}
+    names = sorted({Path(x).name for x in paths})
+    if d.get(script) != names:
+        ledger._atomic(p, (json.dumps({**d, script: names}, indent=1, sort_keys=True) + "\n").encode())
+
+
+def stamped(tier: str, script: str, paths) -> bool:
+    """Whether ``script`` finished with every run at ``paths`` measured and kept (:func:`stamp`)."""
+    p = ledger.folder(tier) / STAMPS
+    if tier not in ledger.TIERS or not p.exists():
+        return False
+    return {Path(x).name for x in paths} <= set(json.loads(p.read_text()).get(script, ()))
