@@ -145,8 +145,7 @@ def _run_script(name: str, compute, doc: str, argv, plot, summary) -> dict:
             train(True)
             out = compute(args.seeds, args.tier)
         if weights and listed:
-            probed.stamp(args.tier, name, [t["path"] for t in runs.tasks(mod.run_list(args.tier, args.seeds),
-                                                                         args.tier)])
+            probed.mark([t["path"] for t in runs.tasks(mod.run_list(args.tier, args.seeds), args.tier)], name)
     except UserError as e:
         run_error(e)
     data, fig = (out, plot(out)) if plot is not None else out

@@ -61,6 +61,11 @@ def one_round(run_dir: str, alpha: float, local_steps: int | None = None) -> flo
     return out["d"]
 
 
+def measure_run(run: dict) -> None:
+    """What :func:`compute` measures on one run's weights (kept by paper_figures.probed)."""
+    [one_round(run["run_dir"], a, steps) for steps in CASES.values() for a in GRID]
+
+
 def compute(seeds=3, tier="quick"):
     seeds = C.seed_list(seeds)
     runs = T3.runs(0.1, seeds, tier, weights=WEIGHTS)   # the Table 3 sweep's alpha = 0.1 runs (cached there)

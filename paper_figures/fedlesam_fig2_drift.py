@@ -90,6 +90,11 @@ def sharp_at(path, samples: int = SAMPLES, rho: float = SHARP_RHO) -> float:
     return global_sharpness(b.f, b.theta, b.X, b.y, rho, "ascent", 5)["sharpness"]
 
 
+def measure_run(run: dict) -> None:
+    """What :func:`compute` measures on one run's weights (kept by paper_figures.probed)."""
+    FL.adaptive(FL.last(run)), FL.at_rungs(run, sharp_at)
+
+
 def series(rows: list, probe: str, key: str) -> tuple[list, list]:
     """(rounds, values) of one probe's round rows in a run's metrics rows."""
     pts = [(p["round"], p[key]) for row in rows for p in row.get("probes", [])

@@ -19,7 +19,7 @@ four "flattest" claims, 33 in all.
 from __future__ import annotations
 
 from paper_figures import common as C
-from paper_figures.fedsmoo_fig3_surface import surfaces, tier_algos, tier_overrides
+from paper_figures.fedsmoo_fig3_surface import measure_run, surfaces, tier_algos, tier_overrides  # noqa: F401  (one measurement)
 
 NAME = "fedlesam_fig3_surface"
 WEIGHTS = True                                       # reads checkpoints: measurements kept by paper_figures.probed

@@ -84,6 +84,11 @@ def plane(run_dir: str, samples: int = SAMPLES, grid: int = GRID, span: float = 
     return s
 
 
+def measure_run(run: dict) -> None:
+    """What :func:`surfaces` measures on one run's weights (kept by paper_figures.probed)."""
+    plane(run["run_dir"]), FL.adaptive(FL.last(run)), FL.at_rungs(run, plane_at)
+
+
 def surfaces(name: str, algos: dict, overrides: dict, comparisons: list, seeds, tier="quick",
              claim: str = "", per_algo: dict | None = None, mnist: dict | None = None,
              code: dict | None = None) -> tuple[dict, object]:

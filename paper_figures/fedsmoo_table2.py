@@ -71,6 +71,11 @@ def hessian(run_dir: str, samples: int = SAMPLES) -> dict:
     return {"lam1": lam, "trace": tr["trace"], "w_norm2": float(b.theta.pow(2).sum())}
 
 
+def measure_run(run: dict) -> None:
+    """What :func:`compute` measures on one run's weights (kept by paper_figures.probed)."""
+    hessian(run["run_dir"]), FL.adaptive(FL.last(run)), FL.at_rungs(run, FL.lam1)
+
+
 def hp(algo: str, tier) -> dict:
     return MNIST[algo] if C.protocol(tier) == "mnist" else HP
 

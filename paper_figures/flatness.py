@@ -59,6 +59,11 @@ def train_loss(path, samples: int = SAMPLES) -> float:
         return float(F.cross_entropy(b.f(b.theta, b.X), b.y))
 
 
+def at_rungs(run: dict, probe) -> list:
+    """``probe`` at every matched-fit checkpoint the run has (what a comparison at any common rung may ask)."""
+    return [probe(m["path"]) for m in (run["matched"] or {}).values()]
+
+
 def rel_gap(base, mine) -> np.ndarray:
     """(base - mine) / base per seed: > 0 when ``mine`` is the smaller (flatter, lower)."""
     base, mine = np.asarray(base, dtype=float), np.asarray(mine, dtype=float)

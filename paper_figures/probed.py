@@ -13,8 +13,13 @@ Every call returns the JSON form of the result, so a kept result and a fresh one
 First leniently (:func:`lenient`): a light entry is not trained again; a measurement it lacks raises
 :class:`NeedWeights`.
 Then, only on that error, strictly: the script's light runs are trained again, through the pool, and measured.
-A script that finished records its runs in ``probed.json`` (:func:`stamp`).
-The tier runner then trains those runs again for it no more (:func:`stamped`).
+A script that finished marks each of its runs as measured for it (:func:`mark`).
+
+A weights script also says what it measures on one run: ``measure_run(run)``, a superset of what its compute asks
+(every matched-fit rung the run reached, not only the rung its comparison shares).
+The tier runner measures each run for every weights script that shares it, right after training (:func:`measure`).
+So a weights script's runs may be trained over several sessions, on several machines.
+The tier runner trains a light run again only for a weights script that has not marked it.
 Only the tiers that keep a ledger keep measurements; elsewhere :func:`memo` just calls ``fn``.
 """
 from __future__ import annotations
@@ -81,13 +86,21 @@ def path_of(entry: Path) -> Path:
     return ledger.folder(entry.parent.name) / f"{entry.name}.probes.json"
 
 
+def _stored(entry: Path) -> dict:
+    """{"results": {...}, "by": [scripts]} kept for the entry (empty when none, or when of another key of the run)."""
+    p = path_of(entry)
+    d = json.loads(p.read_text()) if p.exists() else {}
+    return d if d.get("key") == _key(entry) else {"results": {}, "by": []}
+
+
+def _store(entry: Path, results: dict, by: list) -> None:
+    ledger._atomic(path_of(entry), (json.dumps({"key": _key(entry), "results": results, "by": sorted(set(by))},
+                                               indent=0, sort_keys=True) + "\n").encode())
+
+
 def kept(entry: Path) -> dict:
     """The entry's kept measurements ({} when none, or when they belong to another key of the run)."""
-    p = path_of(entry)
-    if not p.exists():
-        return {}
-    d = json.loads(p.read_text())
-    return d["results"] if d.get("key") == _key(entry) else {}
+    return _stored(Path(entry))["results"]
 
 
 def _key(entry: Path) -> str:
@@ -121,27 +134,41 @@ def memo(fn=None, *, sources: tuple = ()):
         if ledger.light(entry):
             raise NeedWeights(f"{entry.name}: {fn.__qualname__} is not kept for this run, and it has no checkpoints")
         out = json.loads(json.dumps(fn(*a, **kw), default=_plain))
-        results = {**kept(entry), name: out}
-        ledger._atomic(path_of(entry), (json.dumps({"key": _key(entry), "results": results}, indent=0,
-                                                   sort_keys=True) + "\n").encode())
+        d = _stored(entry)
+        _store(entry, {**d["results"], name: out}, d["by"])
         return out
     return wrapped
 
 
-def stamp(tier: str, script: str, paths) -> None:
-    """Record that ``script`` measured the runs at ``paths`` (its whole run list) in ``tier``."""
-    if tier not in ledger.TIERS:
-        return
-    p = ledger.folder(tier) / STAMPS
-    d = json.loads(p.read_text()) if p.exists() else {}
-    names = sorted({Path(x).name for x in paths})
-    if d.get(script) != names:
-        ledger._atomic(p, (json.dumps({**d, script: names}, indent=1, sort_keys=True) + "\n").encode())
+def mark(paths, script: str) -> None:
+    """Record that ``script`` measured the runs at ``paths`` (entries of a tier that keeps a ledger)."""
+    for entry in map(Path, paths):
+        if ledger._kept(entry) and (entry / "key.json").exists():
+            d = _stored(entry)
+            if script not in d["by"]:
+                _store(entry, d["results"], d["by"] + [script])
 
 
-def stamped(tier: str, script: str, paths) -> bool:
-    """Whether ``script`` finished with every run at ``paths`` measured and kept (:func:`stamp`)."""
-    p = ledger.folder(tier) / STAMPS
-    if tier not in ledger.TIERS or not p.exists():
-        return False
-    return {Path(x).name for x in paths} <= set(json.loads(p.read_text()).get(script, ()))
+def marked(path, script: str) -> bool:
+    """Whether ``script`` measured the run at ``path`` (:func:`mark`), under the run's present key."""
+    entry = Path(path)
+    return (entry / "key.json").exists() and script in _stored(entry)["by"]
+
+
+def unmeasured(task: dict) -> list[str]:
+    """The weights scripts of ``task["measure"]`` that have not measured its run yet (a run with checkpoints)."""
+    entry = Path(task["path"])
+    if not ledger._kept(entry) or ledger.light(entry):
+        return []
+    return [s for s in task.get("measure", ()) if not marked(entry, s)]
+
+
+def measure(task: dict) -> None:
+    """Each weights script of ``task["measure"]`` measures the done run (``measure_run``), then marks it."""
+    import importlib
+
+    from paper_figures import entry as E
+    for script in unmeasured(task):
+        importlib.import_module(f"paper_figures.{script}").measure_run(E.result({"path": task["path"],
+                                                                                  "status": "done"}))
+        mark([task["path"]], script)

@@ -218,6 +218,12 @@ def ensure_pack(tasks: list[dict]) -> list[dict]:
                 ledger.keep(rec["path"])
             except OSError as e:                      # a full disk costs the record, not the run
                 print(f"warning: ledger: {rec['path']}: {e}", file=sys.stderr)
+    for i, task in enumerate(tasks):                  # the weights scripts' measurements, kept while the weights are
+        if recs[i]["status"] == "done" and probed.unmeasured(task):
+            try:
+                probed.measure(task)
+            except Exception as e:                    # noqa: BLE001  (costs the measurement: the script redoes it)
+                print(f"warning: measuring {task['path']}: {type(e).__name__}: {e}", file=sys.stderr)
     return [recs[i] for i in range(len(tasks))]
 
 
@@ -267,7 +273,7 @@ def train_pool(todo: list[dict], workers: int = 2, quiet: bool = False, desc: st
     one torch thread each; 1 worker: in this process), in the given order; a tqdm bar weighted by the estimated
     seconds (so its ETA is meaningful). Returns the records (status done/failed) in completion order."""
     from tqdm import tqdm
-    pending = [t for t in todo if status(t) != "done"]
+    pending = [t for t in todo if status(t) != "done" or probed.unmeasured(t)]
     if not pending:
         return []
     bar = tqdm(total=round(sum(t["est"] for t in todo)), initial=round(sum(t["est"] for t in todo if t not in

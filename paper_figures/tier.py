@@ -34,10 +34,12 @@ def collect(tier: str, seeds: int, only=None) -> tuple[list[dict], dict]:
         mod = importlib.import_module(f"paper_figures.{name}")
         ts = R.tasks(mod.run_list(tier, seeds), tier)
         per[name] = [t["path"] for t in ts]
-        for t in ts:                                # a weights script whose measurements are kept: light runs do
-            t["weights"] = getattr(mod, "WEIGHTS", False) and not probed.stamped(tier, name, per[name])
+        for t in ts if getattr(mod, "WEIGHTS", False) else ():   # measured after training (module probed); a
+            t["measure"], t["weights"] = [name], not probed.marked(t["path"], name)   # light run it measured does
         for t in ts:
-            tasks.setdefault(t["path"], t)["weights"] |= t["weights"]     # one script reading weights is enough
+            m = tasks.setdefault(t["path"], t)
+            if m is not t:                          # one script reading weights is enough
+                m["weights"], m["measure"] = m["weights"] or t["weights"], m.get("measure", []) + t.get("measure", [])
     return list(tasks.values()), per
 
 

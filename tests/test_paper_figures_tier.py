@@ -367,9 +367,13 @@ def test_full_tier_plans_without_data_and_trains_on_cifar_files(tmp_path, monkey
     monkeypatch.setitem(C.TIERS, "full", {**C.TIERS["full"], "model": "cnn", "rounds": 2, "clients": 4,
                                           "active_ratio": 0.5, "local_epochs": 1, "batch_size": 20,
                                           "eval_train_samples": 40})
+    from paper_figures import probed
+    asked = []                                # the CNN's float64 Hessians would take minutes here (test_probed
+    monkeypatch.setattr(probed, "measure", lambda task: asked.append(task["measure"]))    # measures on digits)
     assert T.main(["--tier", "full", "--data-dir", str(tmp_path / "cifar"), "--seeds", "1", "--workers", "1",
                    "--only", "fedsmoo_table2", "--out", str(tmp_path / "o"), "--quiet"]) == 0
     assert "6 of 6 runs done" in capsys.readouterr().out          # FedSMOO in both forms
+    assert asked == [["fedsmoo_table2"]] * 6                      # each measured for the script, after training
 
 
 def test_handbook_shows_the_current_full_tier_plan(capsys, tmp_path):

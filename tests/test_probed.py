@@ -62,7 +62,7 @@ def test_a_finished_weights_script_draws_again_on_a_fresh_machine_without_traini
     first, entries = draw(out)
     assert len(entries) == 2 and first["rung"] is not None and len(first["vals"]) == 4
     assert all(P.path_of(e).exists() for e in entries)
-    assert P.stamped("quick", NAME, entries)
+    assert all(P.marked(e, NAME) for e in entries)
     fresh_machine(out)
     again, entries = draw(out)
     assert all(L.light(e) and not (e / "run" / "ckpt").exists() for e in entries), "nothing was trained"
@@ -111,10 +111,69 @@ def test_a_light_entry_keeps_its_matched_fit_rounds_and_an_older_record_asks_for
 
 
 def test_the_tier_runner_trains_no_light_run_for_a_script_that_finished(out):
-    tasks, per = T.collect("quick", 3, ["fedcm_dispersion"])
-    assert all(t["weights"] for t in tasks)
-    P.stamp("quick", "fedcm_dispersion", per["fedcm_dispersion"])
+    tasks, per = T.collect("quick", 3, ["fedcm_table3_alpha", "fedcm_dispersion"])
+    mine = [t for t in tasks if t["path"] in per["fedcm_dispersion"]]
+    assert all(t["weights"] and t["measure"] == ["fedcm_dispersion"] for t in mine) and len(mine) == 3
+    assert not any(t["weights"] or t.get("measure") for t in tasks if t not in mine)
+    for t in mine:                                                   # as a run kept by the ledger
+        Path(t["path"]).mkdir(parents=True)
+        (Path(t["path"]) / "key.json").write_text(json.dumps(t["key"]))
+    P.mark(per["fedcm_dispersion"][:2], "fedcm_dispersion")
     tasks, _ = T.collect("quick", 3, ["fedcm_dispersion"])
-    assert not any(t["weights"] for t in tasks)
-    tasks, _ = T.collect("quick", 4, ["fedcm_dispersion"])        # a run the stamp does not name
-    assert all(t["weights"] for t in tasks)
+    assert [t["weights"] for t in tasks] == [False, False, True]     # the third is not marked
+
+
+def draw_dispersion(out):
+    from paper_figures import fedcm_dispersion
+    return C.run_script("fedcm_dispersion", fedcm_dispersion.compute, "d",
+                        ["--tier", "quick", "--seeds", "1", "--workers", "1", "--out", out, "--quiet"])
+
+
+def test_the_tier_runner_measures_each_run_for_its_weights_scripts_so_a_later_machine_trains_nothing(out, tmp_path,
+                                                                                                     monkeypatch):
+    """fedcm_dispersion's run (seed 0) trained by the runner and measured right after; on a fresh machine the script
+    draws from the light entry, to the numbers of a draw that measured the weights itself (another output root).
+    Fails if the runner does not measure, or measures other arguments than the script asks."""
+    tasks, per = T.collect("quick", 1, ["fedcm_dispersion"])
+    R.train_pool(tasks, workers=1, quiet=True)
+    assert all(P.marked(p, "fedcm_dispersion") for p in per["fedcm_dispersion"])
+    assert R.train_pool(tasks, workers=1, quiet=True) == []          # measured: nothing left to do
+    fresh_machine(out)
+    tasks, _ = T.collect("quick", 1, ["fedcm_dispersion"])
+    assert not any(t["weights"] for t in tasks) and all(L.light(t["path"]) for t in tasks)
+    assert R.train_pool(tasks, workers=1, quiet=True) == []          # nothing to train, nothing to measure
+    again = draw_dispersion(out)
+    assert all(L.light(t["path"]) for t in tasks), "drawn from the kept measurements"
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "elsewhere"))
+    assert draw_dispersion(tmp_path / "elsewhere")["ratio_to_alpha1"] == again["ratio_to_alpha1"]
+
+
+def test_the_tier_runner_measures_a_run_trained_before_it_was_asked_to(out):
+    from paper_figures import fedcm_dispersion
+    overrides, seed, tag = fedcm_dispersion.run_list("quick", 1)[0]
+    C.train_seeds(overrides, [seed], tier="quick", tag=tag)           # by a script, not the runner: not measured
+    tasks, per = T.collect("quick", 1, ["fedcm_dispersion"])
+    assert R.status(tasks[0]) == "done" and not P.marked(tasks[0]["path"], "fedcm_dispersion")
+    R.train_pool(tasks, workers=1, quiet=True)
+    assert P.marked(tasks[0]["path"], "fedcm_dispersion")
+
+
+@pytest.mark.parametrize("script", ["fedsmoo_table2", "fedsmoo_fig3_surface", "fedlesam_fig3_surface",
+                                    "fedlesam_fig2_drift"])
+def test_each_weights_script_draws_on_a_fresh_machine_from_what_the_runner_measured(out, script):
+    """Its measure_run covers what its compute asks: the runner trains and measures (2 seeds), the cache is lost,
+    the script draws from light entries alone, to the same data as a draw that measures the weights itself."""
+    import importlib
+    mod = importlib.import_module(f"paper_figures.{script}")
+    tasks, _ = T.collect("quick", 2, [script])
+    R.train_pool(tasks, workers=1, quiet=True)
+    full = out.parent / "full"
+    shutil.copytree(out / "runs", full)
+    fresh_machine(out)
+    argv = ["--tier", "quick", "--seeds", "2", "--workers", "1", "--out", out, "--quiet"]
+    light = C.run_script(script, mod.compute, "w", argv)
+    assert all(L.light(t["path"]) for t in tasks), "nothing was trained"
+    shutil.rmtree(out / "runs")
+    shutil.copytree(full, out / "runs")                               # the weights back; the measurements not
+    shutil.rmtree(L.folder("quick"))
+    assert C.run_script(script, mod.compute, "w", argv)["table"] == light["table"]
