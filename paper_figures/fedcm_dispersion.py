@@ -42,7 +42,7 @@ def run_list(tier, seeds) -> list:
 CASES = {"own K_i (local epochs)": None, "equal K = 8 steps": 8}
 
 
-@probed.memo(sources=("fedlab_analysis/trainers", "fedlab_analysis/algos.py", "fedlab_analysis/config.py"))
+@probed.memo(sources=("fedlab_analysis/trainers", "fedlab_analysis/algos.py"))     # one more round: the trainer
 def one_round(run_dir: str, alpha: float, local_steps: int | None = None) -> float:
     """Dispersion of the final local models of one more round from the checkpoint, with FedCM's alpha set (and,
     with ``local_steps``, every client taking that many steps)."""

@@ -188,12 +188,20 @@ def read_memo(root) -> dict:
 
 
 def record(root, source: str, fp: str) -> None:
-    """Add {source: fp} to the memo (read again just before, written to a temp file and renamed)."""
+    """Add {source: fp} to the memo (:func:`merge`)."""
+    merge(root, {source: fp})
+
+
+def merge(root, entries: dict) -> None:
+    """Add ``entries`` to the memo (read again just before, written to a temp file and renamed; not written when
+    it already holds them, so a committed memo is not touched)."""
     p = Path(root) / MEMO
+    old = read_memo(root)
+    if {**old, **entries} == old and p.exists():
+        return
     p.parent.mkdir(parents=True, exist_ok=True)
-    memo = {**read_memo(root), source: fp}
     tmp = p.with_name(f"{MEMO}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(memo, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps({**old, **entries}, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, p)
 
 

@@ -55,7 +55,7 @@ def keep(entry) -> Path | None:
     it. A record is written when it differs from the run's files (a new run; one trained again; one recorded before
     the matched-fit rounds were kept); a light entry writes nothing. Returns the record's path, or None where no
     ledger is kept."""
-    from paper_figures.fingerprint import MEMO
+    from paper_figures import fingerprint
     entry = Path(entry)
     if not _kept(entry) or not (entry / "done.json").exists():
         return None
@@ -71,15 +71,14 @@ def keep(entry) -> Path | None:
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as z:
             z.write(json.dumps(rec, sort_keys=True).encode())
         _atomic(path, buf.getvalue())
-    memo = entry.parent / MEMO
-    if memo.exists():
-        _merge_memo(path.parent / MEMO, json.loads(memo.read_text()))
+    if (entry.parent / fingerprint.MEMO).exists():
+        fingerprint.merge(path.parent, fingerprint.read_memo(entry.parent))
     return path
 
 
 def restore(entry) -> bool:
     """Rebuild the missing entry ``entry`` from its record, marked light. True if it did."""
-    from paper_figures.fingerprint import MEMO
+    from paper_figures import fingerprint
     entry = Path(entry)
     path = _record_path(entry) if _kept(entry) else None
     if path is None or entry.exists() or not path.exists():
@@ -88,9 +87,8 @@ def restore(entry) -> bool:
     rec["done.json"] = json.dumps({**json.loads(rec["done.json"]), "light": True}, indent=1) + "\n"
     for f in sorted(rec, key=lambda f: f == "done.json"):       # done.json last: a cut-off restore is not done
         _atomic(entry / f, rec[f].encode())
-    memo = path.parent / MEMO
-    if memo.exists():
-        _merge_memo(entry.parent / MEMO, json.loads(memo.read_text()))
+    if (path.parent / fingerprint.MEMO).exists():
+        fingerprint.merge(entry.parent, fingerprint.read_memo(path.parent))
     return True
 
 
@@ -104,12 +102,6 @@ def light(entry) -> bool:
 
 def _stored(path: Path) -> dict:
     return json.loads(gzip.decompress(path.read_bytes()))
-
-
-def _merge_memo(path: Path, memo: dict) -> None:
-    old = json.loads(path.read_text()) if path.exists() else {}
-    if {**old, **memo} != old:
-        _atomic(path, (json.dumps({**old, **memo}, indent=1, sort_keys=True) + "\n").encode())
 
 
 def _atomic(path: Path, data: bytes) -> None:

@@ -36,9 +36,10 @@ import numpy as np
 from paper_figures import ledger
 
 ROOT = Path(__file__).resolve().parents[1]
+# the code the probes run that can move a number (the function's own source is added to it)
 SOURCES = ("fedlab_analysis/probes", "fedlab_analysis/checkpoint.py", "fedlab_analysis/models.py",
-           "fedlab_analysis/params.py", "fedlab_analysis/data", "paper_figures/flatness.py")
-STAMPS = "probed.json"
+           "fedlab_analysis/params.py", "fedlab_analysis/data", "fedlab_analysis/linalg.py",
+           "fedlab_analysis/rules.py", "fedlab_analysis/config.py", "paper_figures/flatness.py")
 _STATE = {"lenient": False}
 
 
