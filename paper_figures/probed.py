@@ -108,6 +108,12 @@ def _key(entry: Path) -> str:
     return hashlib.sha1((entry / "key.json").read_bytes()).hexdigest()[:12]
 
 
+def _where(fn) -> str:
+    """``paper_figures.flatness.lam1``, from the file: a script run as ``python -m`` (``__main__``) names it alike."""
+    mod = Path(inspect.getfile(fn)).resolve().relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+    return f"{mod}.{fn.__qualname__}"
+
+
 def memo(fn=None, *, sources: tuple = ()):
     """Decorator: keep ``fn(path, ...)``'s result per run (see the module). ``sources`` adds code it runs beyond
     :data:`SOURCES` (paths from the repository root)."""
@@ -117,6 +123,7 @@ def memo(fn=None, *, sources: tuple = ()):
     first = next(iter(sig.parameters))
     code = _hash_sources(SOURCES + tuple(sources))
     code = hashlib.sha1((code + inspect.getsource(fn)).encode()).hexdigest()[:12]
+    where = _where(fn)
 
     @functools.wraps(fn)
     def wrapped(*a, **kw):
@@ -127,7 +134,7 @@ def memo(fn=None, *, sources: tuple = ()):
         entry = _entry(path)
         if entry is None or not ledger._kept(entry):
             return json.loads(json.dumps(fn(*a, **kw), default=_plain))
-        name = json.dumps([f"{fn.__module__}.{fn.__qualname__}", path.relative_to(entry).as_posix(), args, code],
+        name = json.dumps([where, path.relative_to(entry).as_posix(), args, code],
                           sort_keys=True, default=str)
         results = kept(entry)
         if name in results:

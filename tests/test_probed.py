@@ -177,3 +177,13 @@ def test_each_weights_script_draws_on_a_fresh_machine_from_what_the_runner_measu
     shutil.copytree(full, out / "runs")                               # the weights back; the measurements not
     shutil.rmtree(L.folder("quick"))
     assert C.run_script(script, mod.compute, "w", argv)["table"] == light["table"]
+
+
+def test_a_measurement_is_named_by_its_file_so_a_script_run_as_main_finds_what_the_runner_kept():
+    import types
+
+    from paper_figures import fedcm_dispersion
+    fn = fedcm_dispersion.one_round.__wrapped__
+    main = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    main.__module__, main.__qualname__ = "__main__", fn.__qualname__          # python -m paper_figures.fedcm_...
+    assert P._where(main) == P._where(fn) == "paper_figures.fedcm_dispersion.one_round"
