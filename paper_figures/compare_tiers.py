@@ -4,10 +4,15 @@ Reads the committed results (``common.out_dir(name, tier)/data.json``) of every 
 rows by script and comparison (every script states the same comparisons in every tier), and prints one Markdown
 table: script, comparison, the verdict in each tier, and "changed" where they differ; then the counts. Trains and
 computes nothing.
+
+A tier may name a git revision, ``TIER@REV``: its results as committed there. ``--tiers mnist@REV mnist`` lists
+what a change of settings did to a tier's verdicts (a script not redrawn since REV shows no change).
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import sys
 
 from fedlab_analysis.cli import guard
@@ -21,9 +26,24 @@ def key(row: str) -> str:
                                                                 " at matched train loss", row))
 
 
+def _git(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(C.OUT), *args], capture_output=True, text=True)
+
+
+def at(name: str, tier: str) -> dict | None:
+    """A script's committed result in ``tier``, or in ``TIER@REV`` as git revision REV holds it (None where there is
+    none)."""
+    tier, _, rev = tier.partition("@")
+    if not rev:
+        return C.committed(name, tier)
+    d = C.committed_dir(name, tier)
+    got = _git("show", f"{rev}:./{d.relative_to(C.OUT).as_posix()}/data.json")
+    return json.loads(got.stdout) if got.returncode == 0 else None
+
+
 def rows(name: str, tier: str) -> dict | None:
     """{comparison (``key``): verdict} of a script's committed result in ``tier`` (None where there is none)."""
-    data = C.committed(name, tier)
+    data = at(name, tier)
     return None if data is None else {key(t["row"]): t["verdict"] for t in data["table"]}
 
 
@@ -110,13 +130,19 @@ def main(argv=None) -> int:
 
     from paper_figures.tier import ORDER, TOY
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tiers", nargs=2, default=["quick", "mnist"], metavar=("A", "B"))
+    ap.add_argument("--tiers", nargs=2, default=["quick", "mnist"], metavar=("A", "B"),
+                    help="two tiers, each TIER or TIER@REV (as committed at git revision REV)")
     ap.add_argument("--changed", action="store_true", help="only the comparisons whose verdict changed")
     args = ap.parse_args(argv)
-    bad = [t for t in args.tiers if t not in C.TIERS]
+    bad = [t for t in args.tiers if t.partition("@")[0] not in C.TIERS]
     if bad:
-        print(f"error: --tiers: unknown {bad[0]!r}; choose from {', '.join(C.TIERS)}", file=sys.stderr)
+        print(f"error: --tiers: unknown {bad[0]!r}; choose from {', '.join(C.TIERS)} (or TIER@REV)", file=sys.stderr)
         return 2
+    for t in args.tiers:
+        rev = t.partition("@")[2]
+        if "@" in t and _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode:
+            print(f"error: --tiers: {t!r}: no git revision {rev!r} in {C.OUT}", file=sys.stderr)
+            return 2
     a, b = args.tiers
     pairs = compare([*ORDER, *TOY], a, b)
     if not pairs:

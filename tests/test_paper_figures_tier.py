@@ -325,6 +325,35 @@ def test_compare_tiers_reports_changed_verdicts(tmp_path, monkeypatch, capsys):
     assert CT.main(["--tiers", "quick", "cifar"]) == 2
 
 
+def test_compare_tiers_reads_a_tier_as_an_earlier_commit_held_it(tmp_path, monkeypatch, capsys):
+    """TIER@REV: the verdicts committed at git revision REV beside today's (what a change of settings changed)."""
+    import subprocess
+
+    from paper_figures import common as C
+    from paper_figures import compare_tiers as CT
+    monkeypatch.setattr(C, "OUT", tmp_path)
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *a],  # noqa: E731
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    f = C.committed_dir("fedsmoo_table2", "mnist") / "data.json"
+    f.parent.mkdir(parents=True)
+    write = lambda vs: f.write_text(json.dumps({"table": [{"row": f"r{i}", "verdict": v} for i, v in enumerate(vs)]}))  # noqa: E731
+    write(["reproduced", "opposite"])
+    git("add", "-A")
+    git("commit", "-q", "-m", "protocol 1")
+    rev = git("rev-parse", "--short", "HEAD")
+    assert CT.compare(["fedsmoo_table2"], f"mnist@{rev}", "mnist") == [
+        ("fedsmoo_table2", "r0", "reproduced", "reproduced"), ("fedsmoo_table2", "r1", "opposite", "opposite")]
+    write(["reproduced", "not measured"])                               # redrawn, not yet committed
+    assert CT.main(["--tiers", f"mnist@{rev}", "mnist", "--changed"]) == 0
+    out = capsys.readouterr().out
+    assert "| fedsmoo_table2 | r1 | opposite | not measured | changed |" in out and "| r0 |" not in out
+    assert CT.at("fedsmoo_table2", "quick@" + rev) is None                # none committed there
+    assert CT.main(["--tiers", "mnist@no-such-rev", "mnist"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tiers: 'mnist@no-such-rev'") and err.count("\n") == 1
+
+
 def test_committed_results_are_read_from_the_repository_whatever_out_says(tmp_path, monkeypatch):
     """A notebook executed with a scratch output root ($PAPER_FIGURES_OUT, as the notebook tests run them) still
     shows the committed MNIST results: committed() reads this package's own out/, never --out."""
