@@ -84,9 +84,10 @@ def test_verdict_table_is_read_and_compared():
     stale = nbformat.from_dict(nbformat.reads(nbformat.writes(nb), as_version=4))
     last = [o for c in stale.cells if c.cell_type == "code" for o in c.outputs if "text/markdown" in o.get("data", {})
             and "**" in o["data"]["text/markdown"]][-1]
-    first = [v for a, v in rows if a in last["data"]["text/markdown"]][0]
-    flipped = "opposite" if first != "opposite" else "reproduced"
-    last["data"]["text/markdown"] = last["data"]["text/markdown"].replace(f"**{first}**", f"**{flipped}**", 1)
+    md = last["data"]["text/markdown"]
+    first = next(m for m in re.finditer(r"\*\*([^*]+)\*\*", md) if m.group(1) in {v for _, v in rows})
+    flipped = "opposite" if first.group(1) != "opposite" else "reproduced"
+    last["data"]["text/markdown"] = md[:first.start()] + f"**{flipped}**" + md[first.end():]
     assert verdict_table(stale) != rows                                  # a changed verdict is seen
     old = nbformat.read(ROOT / "notebooks" / "fedinit.ipynb", as_version=4)   # a plain verdict column too:
     theory = [o for c in old.cells if c.cell_type == "code" for o in c.outputs
