@@ -85,7 +85,8 @@ class RunConfig:
                       "hyper-parameters; 0 = none", lo=0)
     het_noise: float = _f(0.0, "FedInit Sec. 5.1's heterogeneity noise on the training images (image data sets; "
                           "fedlab_analysis/data/noise.py): per client a Gaussian gain N(1, s^2) per channel, per "
-                          "class a Gaussian brightness offset N(0, s^2) in [0, 1] pixel units; 0 = off", lo=0)
+                          "client and class a Gaussian brightness offset N(0, s^2) in [0, 1] pixel units; 0 = off",
+                          lo=0)
     min_size: int = _f(10, "labeldir: redraw until every client holds at least this many samples", lo=0)
     # ---- local work --------------------------------------------------------------------------------
     rounds: int = _f(30, "communication rounds T", lo=1)

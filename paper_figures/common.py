@@ -432,12 +432,15 @@ def settings_record(name: str, tier) -> dict:
     import dataclasses
     import hashlib
     import importlib
+
+    from fedlab_analysis.data.noise import FORM
     mod = importlib.import_module(f"paper_figures.{name}")
     cfgs = set()
     for ov, _, tag in (mod.run_list(tier, 1) if hasattr(mod, "run_list") else ()):
         c = config(ov, 0, tier)
+        form = {"het_noise_form": FORM} if c.het_noise else {}     # a change of the noise's form is a change too
         cfgs.add(json.dumps({**{f.name: getattr(c, f.name) for f in dataclasses.fields(c)
-                                if f.name not in _MACHINE and getattr(c, f.name) != f.default}, "tag": tag},
+                                if f.name not in _MACHINE and getattr(c, f.name) != f.default}, **form, "tag": tag},
                             sort_keys=True, default=str))
     return {"protocol": PROTOCOL,
             "fingerprint": hashlib.sha256("\n".join(sorted(cfgs)).encode()).hexdigest()[:16]}

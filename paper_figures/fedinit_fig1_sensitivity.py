@@ -31,9 +31,10 @@ from paper_figures import verdict as V
 NAME = "fedinit_fig1_sensitivity"
 # the FedInit QUICK setting shared by the FedInit scripts: FedAvg reaches ~0.95 test accuracy here
 QUICK = dict(algo="fedinit", beta=0.1, clients=20, active_ratio=0.2, dir_alpha=0.1, local_steps=10, rounds=40)
-# FedInit Sec. 5.1 adds a per-client channel gain and a per-class brightness offset, Gaussian, to enlarge the
-# heterogeneity (fedlab_analysis/data/noise.py); it gives no magnitude: the real tiers take s = 0.2 (ours: a client's
-# gain mostly within 0.6-1.4, a class's offset within +-0.4 of the [0, 1] pixel range), on grey MNIST one channel
+# FedInit Sec. 5.1 adds a per-client channel gain and a per-category brightness perturbation, Gaussian, to enlarge
+# the heterogeneity (fedlab_analysis/data/noise.py: the offset per client and class); it gives no magnitude: the real
+# tiers take s = 0.2 (ours: a client's gain mostly within 0.6-1.4, an offset within +-0.4 of the [0, 1] pixel range),
+# on grey MNIST one channel
 HET_NOISE = 0.2
 FULL = dict(algo="fedinit", beta=0.1, dir_alpha=0.1, local_epochs=5, local_steps=None, rounds=500,
             het_noise=HET_NOISE)

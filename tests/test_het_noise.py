@@ -25,24 +25,48 @@ def tiny(p):
 
 def test_the_map_against_a_hand_computation(monkeypatch):
     monkeypatch.setattr(N, "draws", lambda s, n, c, ch, g: (torch.tensor([[1.5], [0.5]], dtype=torch.float64),
-                                                            torch.tensor([0.1, -0.2], dtype=torch.float64)))
+                                                            torch.tensor([[0.1, -0.2], [0.3, -0.4]],
+                                                                         dtype=torch.float64)))
     ds = tiny([0.5, 0.5, 0.2, 1.0])
     out = heterogeneity_noise(ds, [[0, 2], [1]], 0.3, torch.Generator())     # sample 3 is on no client
     raw = out.x_train.view(-1) * S + M
-    # sample 0: client 0 (gain 1.5), class 0 (+0.1): 1.5 * 0.5 + 0.1 = 0.85; sample 1: client 1 (0.5), class 1
-    # (-0.2): 0.5 * 0.5 - 0.2 = 0.05; sample 2: client 0, class 1: 1.5 * 0.2 - 0.2 = 0.1; sample 3: untouched
-    assert raw.tolist() == pytest.approx([0.85, 0.05, 0.1, 1.0], abs=1e-12)
+    # sample 0: client 0 (gain 1.5), its class 0 (+0.1): 1.5 * 0.5 + 0.1 = 0.85; sample 1: client 1 (0.5), its
+    # class 1 (-0.4): 0.5 * 0.5 - 0.4 = -0.15; sample 2: client 0, its class 1 (-0.2): 1.5 * 0.2 - 0.2 = 0.1;
+    # sample 3: untouched
+    assert raw.tolist() == pytest.approx([0.85, -0.15, 0.1, 1.0], abs=1e-12)
     assert torch.equal(out.x_test, ds.x_test) and torch.equal(ds.x_train.view(-1) * S + M,
                                                               torch.tensor([0.5, 0.5, 0.2, 1.0], dtype=torch.float64))
 
 
 def test_the_draws_are_gaussian_and_seeded():
     g = lambda: torch.Generator().manual_seed(3)                                     # noqa: E731
-    gain, off = N.draws(0.2, 20000, 20000, 1, g())
+    gain, off = N.draws(0.2, 20000, 2, 1, g())
+    assert off.shape == (20000, 2)                                                    # per (client, class)
     assert gain.mean().item() == pytest.approx(1.0, abs=0.01) and gain.std().item() == pytest.approx(0.2, rel=0.03)
     assert off.mean().item() == pytest.approx(0.0, abs=0.01) and off.std().item() == pytest.approx(0.2, rel=0.03)
     assert torch.equal(N.draws(0.2, 5, 3, 3, g())[0], N.draws(0.2, 5, 3, 3, g())[0])
     assert N.draws(0.2, 5, 3, 3, g())[0].shape == (5, 3)                              # RGB: a gain per channel
+
+
+def test_the_label_is_not_written_into_the_images(monkeypatch):
+    """Digit-like images (ink in the centre, background 0) on 100 clients, Dir-0.1. One background pixel names the
+    class of about 1 in 10 clean training images, and of under 1 in 4 noisy ones (0.17: a class lives on few
+    clients). One offset per class shared by every client (the broken form) writes the label into every pixel: that
+    pixel then names every image's class."""
+    from fedlab_analysis.data import partition
+    g = torch.Generator().manual_seed(0)
+    p = torch.zeros(6000, 1, 28, 28, dtype=torch.float64)
+    p[:, :, 8:20, 8:20] = torch.rand(6000, 1, 12, 12, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 10, (6000,), generator=g)
+    z = (p - M) / S
+    ds = dataclasses.replace(Dataset.from_tensors(z, y, z[:10].clone(), y[:10].clone(), n_classes=10), name="mnist")
+    part = partition("dirichlet", y, 100, 10, 0, alpha=0.1)
+    noisy = heterogeneity_noise(ds, part.indices, 0.2, torch.Generator().manual_seed(0))
+    assert N.background_decodes(ds, part.indices) < 0.12 and N.background_decodes(noisy, part.indices) < 0.25
+    shared = N.draws
+    monkeypatch.setattr(N, "draws", lambda *a: (lambda gain, off: (gain, off[:1].expand_as(off)))(*shared(*a)))
+    leaky = heterogeneity_noise(ds, part.indices, 0.2, torch.Generator().manual_seed(0))
+    assert N.background_decodes(leaky, part.indices) > 0.99
 
 
 def test_refusals():

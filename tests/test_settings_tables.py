@@ -139,15 +139,28 @@ def test_the_rows_the_horizon_rule_marks_are_the_fedcm_scripts_judged_rows():
 # ---- provenance: which settings a committed output ran under ---------------------------------------------------
 def test_each_committed_mnist_output_is_said_to_be_from_the_settings_it_ran_under():
     """One written before the settings record existed carries none: protocol 1, and every table says so. One
-    written now carries it and is said to be current. Its settings table and the index say the same line."""
+    written since carries it: current where it matches what the code runs now, else "earlier settings" too. Its
+    settings table and the index say the same line."""
     for s in ORDER:
         data = json.loads((C.OUT / "mnist" / s / "data.json").read_text())
         current, line = C.trained_under(s, "mnist")
-        if "settings" in data:
-            assert current and line.startswith("committed output trained under these settings"), s
+        assert current == (data.get("settings") == C.settings_record(s, "mnist")), s
+        if current:
+            assert line.startswith("committed output trained under these settings"), s
         else:
-            assert not current and "earlier settings (protocol 1)" in line and "make figures TIER=mnist" in line, s
+            assert "earlier settings (protocol" in line and "make figures TIER=mnist" in line, s
+            assert "settings" in data or "(protocol 1)" in line, s
         assert line in (S.OUT / f"{s}.md").read_text() and line in (S.OUT / "README.md").read_text()
+
+
+def test_a_change_of_the_noise_form_makes_a_fedinit_output_not_current(monkeypatch):
+    """FedInit's noise form (data/noise.py FORM) is part of its scripts' settings record: an output written under
+    another form is not current; a script without the noise is untouched."""
+    from fedlab_analysis.data import noise as N
+    before = {s: C.settings_record(s, "mnist") for s in ("fedinit_table6", "fedcm_table3_alpha")}
+    monkeypatch.setattr(N, "FORM", "per-class brightness offset N(0, s^2)")
+    assert C.settings_record("fedinit_table6", "mnist") != before["fedinit_table6"]
+    assert C.settings_record("fedcm_table3_alpha", "mnist") == before["fedcm_table3_alpha"]
 
 
 def test_an_output_written_now_records_its_settings_and_a_change_of_them_is_seen(tmp_path, monkeypatch):
