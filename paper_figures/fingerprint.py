@@ -9,7 +9,8 @@ unequal local step counts, short last batches, weight decay, lr decay, clipping,
 evaluation, a killed-and-resumed run), 3 rounds each; the MNIST data with FedInit's noise too. It hashes each run's
 metrics rows (``seconds`` aside) and, per parameter tensor, the sum, the sum of squares and a fixed random projection of
 the final global weights, every number rounded to 9 significant digits, with the data fingerprint
-(:func:`data_fingerprint`) and ``torch.__version__``.
+(:func:`data_fingerprint`) and ``torch.__version__``. The hash of FedInit's noisy data stands apart, after
+:data:`NOISE`: a run without the noise is kept when the rest agrees (:func:`same`).
 
 Why 9 digits of a few summaries: a behaviour-preserving change that only reorders float64 arithmetic moves a number
 by about 1e-16 to 1e-15 of itself (loop vs vmap clients: 3e-16 measured), so it crosses a 9-digit rounding boundary
@@ -37,6 +38,7 @@ from fedlab_analysis.cli import guard
 from paper_figures.digest import BASE, DIGITS, OWN, _digest, _num, _rounded, _summary  # noqa: F401
 
 MEMO = "fingerprints.json"
+NOISE = "+noise:"                         # a training fingerprint: "<core>+noise:<FedInit's noisy data>"
 HOOKS_PREFIX = "hooks:"                   # memo keys of hooks fingerprints; a training source hash is 12 hex digits
 # further cases: name -> (algo, overrides); "resume" trains 2 rounds, then resumes from last.pt to 3
 VARIANTS = {"fedinit-delta-from-init-beta-neg0.1": ("fedinit", dict(beta=-0.1, ri_agg="delta_from_init")),
@@ -169,7 +171,21 @@ def training_fingerprint(algos=None, mnist: bool = True, progress: bool = False,
         torch.set_num_threads(threads)
     if parts is not None:
         parts.update(cases=got, data=data)
-    return _digest({"torch": torch.__version__, "cases": got, "data": data})[:16]
+    noise = data["mnist"].get("het_noise", "absent") if isinstance(data["mnist"], dict) else "absent"
+    core = {**data, "mnist": {k: v for k, v in data["mnist"].items() if k != "het_noise"}} \
+        if isinstance(data["mnist"], dict) else data
+    return (_digest({"torch": torch.__version__, "cases": got, "data": core})[:16]
+            + NOISE + _digest({"het_noise": noise})[:8])
+
+
+def same(was: str, now: str, noise: bool) -> bool:
+    """Whether two fingerprints of the training code say one behaviour for a run with (``noise``) or without
+    FedInit's noise: a run without it compares the core alone, since the noise's form never reaches it (a change of
+    ``data/noise.py`` keeps every other run). A fingerprint recorded before the split compares whole."""
+    (a, split_a, x), (b, split_b, y) = was.partition(NOISE), now.partition(NOISE)
+    if not (split_a and split_b):
+        return was == now
+    return a == b and (x == y or not noise)
 
 
 # ---- the memo beside the run cache -------------------------------------------------------------------------

@@ -87,31 +87,33 @@ def tasks(items, tier: str, out_root=None, weights: bool = False) -> list[dict]:
 def same_behaviour(old: dict, key: dict, root: Path) -> bool:
     """``old`` and ``key`` differ in ``source`` and/or ``hooks_source`` alone, and the memo at ``root`` gives the old
     and the new source of each that differs one fingerprint (training: the source hash; hooks:
-    ``fingerprint.hooks_key(tag, hooks_source)``). An old source without a memoised fingerprint cannot be verified:
+    ``fingerprint.hooks_key(tag, hooks_source)``; a run without FedInit's noise compares the training fingerprints
+    without the noise's part, ``fingerprint.same``). An old source without a memoised fingerprint cannot be verified:
     False, and nothing is computed; the current sources' fingerprints are computed then, once, if not yet there."""
     from paper_figures import fingerprint
     differ = {k for k in {*old, *key} if old.get(k) != key.get(k)}
     if not differ or not differ <= {"source", "hooks_source"} or \
             ("hooks_source" in differ and not (old.get("hooks_source") and key.get("hooks_source"))):
         return False
-    checks = []                                       # (old memo key, new memo key, what, compute the new one)
-    if "source" in differ:
+    checks = []                                       # (old memo key, new memo key, what, compute the new one,
+    if "source" in differ:                            #  whether the run's data carries FedInit's noise)
         checks.append((old["source"], key["source"], "the training code",
-                       lambda: fingerprint.recorded(root, key["source"], progress=True)))
+                       lambda: fingerprint.recorded(root, key["source"], progress=True),
+                       bool((key.get("config") or {}).get("het_noise"))))
     if "hooks_source" in differ:
         tag = key["tag"]
         checks.append((fingerprint.hooks_key(tag, old["hooks_source"]), fingerprint.hooks_key(tag, key["hooks_source"]),
                        f"the hooks of {tag!r}",
-                       lambda: fingerprint.recorded_hooks(root, tag, key["hooks_source"], progress=True)))
+                       lambda: fingerprint.recorded_hooks(root, tag, key["hooks_source"], progress=True), False))
     try:
         memo = fingerprint.read_memo(root)
     except ValueError:                                # an unreadable memo verifies nothing
         return False
-    if any(memo.get(was) is None or now in _UNFINGERPRINTED for was, now, _, _ in checks):
+    if any(memo.get(was) is None or now in _UNFINGERPRINTED for was, now, *_ in checks):
         return False
-    for was, now, what, compute in checks:
+    for was, now, what, compute, noisy in checks:
         try:
-            if memo[was] != compute():
+            if not fingerprint.same(memo[was], compute(), noisy):
                 return False
         except Exception as e:                        # noqa: BLE001  (code that cannot be fingerprinted keeps nothing)
             _UNFINGERPRINTED.add(now)                 # tried once per process

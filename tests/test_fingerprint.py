@@ -33,7 +33,8 @@ def fp(algos, **kw):
 def test_the_same_code_gives_the_same_fingerprint():
     parts = {}
     a = fp(["fedavgm", "fedinit"], parts=parts)
-    assert a == fp(["fedavgm", "fedinit"]) and len(a) == 16 and int(a, 16) >= 0
+    core, _, noise = a.partition(F.NOISE)
+    assert a == fp(["fedavgm", "fedinit"]) and len(core) == 16 and int(core, 16) >= 0 and int(noise, 16) >= 0
     assert set(parts["cases"]) == {"fedavgm", "fedinit", "fedinit-delta-from-init-beta-neg0.1"}
     assert parts["data"]["mnist"] == "absent"
     assert fp(["fedavgm"]) != a                                  # the battery is part of what is hashed
@@ -167,6 +168,27 @@ def test_an_entry_with_a_different_or_missing_fingerprint_is_stale(trained, comp
     R.ensure(again)                                                   # an accepted entry stays; a stale one ...
     R.ensure(tagged)
     assert json.loads((Path(task["path"]) / "key.json").read_text()) == tagged["key"]   # ... is trained again
+
+
+def test_a_change_of_the_noise_alone_keeps_the_runs_without_it(trained, monkeypatch):
+    """Fingerprints that differ in FedInit's noisy data alone: a run without the noise is kept, one with it is
+    stale; a core that differs makes both stale; a fingerprint recorded before the split compares whole."""
+    task, old = trained
+    root = Path(task["path"]).parent
+    F.record(root, old, "core" + F.NOISE + "noise1")
+    now = {"fp": "core" + F.NOISE + "noise2"}
+    monkeypatch.setattr(F, "training_fingerprint", lambda **kw: now["fp"])
+    again = _edited(monkeypatch)
+    noisy = dict(again, key={**again["key"], "config": {**again["key"]["config"], "het_noise": 0.2}})
+    monkeypatch.setattr(R, "_UNFINGERPRINTED", set())
+    assert R.same_behaviour(task["key"], again["key"], root)
+    assert not R.same_behaviour({**task["key"], "config": noisy["key"]["config"]}, noisy["key"], root)
+    assert F.same("a+noise:x", "a+noise:y", False) and not F.same("a+noise:x", "b+noise:x", False)
+    assert not F.same("a+noise:x", "a+noise:y", True) and F.same("a+noise:x", "a+noise:x", True)
+    assert not F.same("a", "a+noise:x", False) and F.same("a", "a", True)
+    parts = {}
+    got = fp(["fedavg"], parts=parts)                                   # the real one: core, then the noise's part
+    assert got.count(F.NOISE) == 1 and got == fp(["fedavg"])
 
 
 def test_code_that_cannot_be_fingerprinted_keeps_nothing(trained, monkeypatch, capsys):
