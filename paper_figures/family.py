@@ -31,6 +31,17 @@ def _duplicate(a: dict, b: dict) -> bool:
     return bool(sign) and same_test(CLAIMS[a["claim"]], CLAIMS[b["claim"]], sign, (a["margin"], b["margin"]))
 
 
+def _current(rows: list, path: Path, tier: str) -> list:
+    """``rows`` of a real tier's trained script, each marked ``current``: whether its output was trained under the
+    settings the code runs now (``common.trained_under``); None elsewhere (quick, toys, controls)."""
+    import json
+
+    from paper_figures.common import trained_under
+    now = trained_under(path.parent.name, tier, json.loads(path.read_text()))[0] \
+        if tier in REAL and path.parent.name in ORDER else None
+    return [{**r, "current": now} for r in rows]
+
+
 def family(root=None) -> dict:
     """{tier: rows} over the committed data.json files under ``root`` (paper_figures/out): the quick tier's
     ``<name>/``, the mnist tier's ``mnist/<name>/`` and, in every tier, the scripts that train no tier runs
@@ -46,7 +57,7 @@ def family(root=None) -> dict:
             tiers[t] = sorted(root.glob(f"{t}/*/data.json")) + [root / x / "data.json" for x in TOY]
     out = {}
     for tier, paths in tiers.items():
-        rows = [r for p in paths if p.is_file() for r in audit(p, tier, p.parent.name)]
+        rows = [r for p in paths if p.is_file() for r in _current(audit(p, tier, p.parent.name), p, tier)]
         if tier in REAL and rows:
             from paper_figures.settings import OUT as SETTINGS, control_data
             rows += audit(SETTINGS / "controls.md", tier, "controls", control_data(root, tier))
@@ -123,6 +134,11 @@ def render(fam: dict) -> str:
                 "." if len(have) == len(ORDER) else " (" + ", ".join(s for s in ORDER if s in have) + "); its families "
                 "hold only these scripts' rows (and the toys'), so each grows, and its Holm p-values with it, as the "
                 "rest are committed."))
+            judged = [r for r in rows if r["p"] is not None and r.get("current") is not None]
+            old = sorted({r["script"] for r in judged if not r["current"]})
+            out.append(f"{sum(not r['current'] for r in judged)} of its {len(judged)} judged rows of trained scripts "
+                       "come from outputs trained under earlier settings (their settings tables say which)"
+                       + (f": {', '.join(old)}." if old else "."))
     out += ["", "## What each verdict is re-derived from", "",
             f"Every row is recomputed from the committed files by `verdict.audit` (tests/test_verdict_family.py). "
             f"*curves*: the row names its runs; each run's flag (the convergence gate, collapse, divergence) is "

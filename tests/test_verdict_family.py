@@ -192,3 +192,26 @@ def test_command_writes_the_file_and_refuses_bad_output_in_one_line(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("error: --out") and err.count("\n") == 1 and not (tmp_path / "no").exists()
     assert re.search(r"\| quick \| fedcm \| 8 \| 7 \|", (tmp_path / "v.md").read_text())
+
+
+def test_the_statement_says_how_many_judged_rows_come_from_earlier_settings(tmp_path):
+    """Per real tier: the judged rows of trained scripts whose output was trained under other settings than the code
+    runs now (common.trained_under, counted here apart), and which scripts. An output rewritten as current leaves
+    the count."""
+    from paper_figures import common as C
+    from paper_figures.tier import ORDER
+    fam = F.family(OUT)
+    page = (OUT / "verdicts.md").read_text()
+    for tier in ("mnist", "fmnist"):
+        stale = {s for s in ORDER if not C.trained_under(s, tier)[0]}
+        judged = [r for r in fam[tier] if r["p"] is not None and r["script"] in ORDER]
+        n = sum(r["script"] in stale for r in judged)
+        assert f"{n} of its {len(judged)} judged rows of trained scripts come from outputs trained under earlier" \
+            in page, tier
+    root = copy_results(tmp_path)
+    f = root / "mnist" / "fedsmoo_table2" / "data.json"
+    d = json.loads(f.read_text())
+    f.write_text(json.dumps({**d, "settings": C.settings_record("fedsmoo_table2", "mnist")}))
+    before = sum(r["p"] is not None and r.get("current") is False for r in fam["mnist"])
+    moved = sum(r["p"] is not None for r in fam["mnist"] if r["script"] == "fedsmoo_table2")
+    assert moved and f"\n{before - moved} of its " in F.render(F.family(root))
