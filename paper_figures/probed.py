@@ -6,6 +6,10 @@ The ledger keeps no checkpoint, so a run restored from it (a light entry) cannot
 ``<out>/ledger/<tier>/<entry>.probes.json``.
 A result is keyed by the checkpoint (its path inside the run), the function, every argument (defaults applied),
 and a hash of the function's source and of the code it runs (:data:`SOURCES`).
+The hash reads code, not prose: each file's syntax tree, without docstrings, comments or layout (:func:`_code_of`).
+FedInit's heterogeneity noise (:data:`NOISE`) counts only for a run trained with it (``het_noise`` in its key),
+as it does in the training fingerprint.
+So a docstring edit keeps every kept result; any other edit, a help text too, starts afresh.
 It serves on any machine while the run's key.json is the same; a run trained again under a new key starts afresh.
 Every call returns the JSON form of the result, so a kept result and a fresh one are the same object.
 
@@ -24,11 +28,13 @@ Only the tiers that keep a ledger keep measurements; elsewhere :func:`memo` just
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
 import inspect
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("fedlab_analysis/probes", "fedlab_analysis/checkpoint.py", "fedlab_analysis/models.py",
            "fedlab_analysis/params.py", "fedlab_analysis/data", "fedlab_analysis/linalg.py",
            "fedlab_analysis/rules.py", "fedlab_analysis/config.py", "paper_figures/flatness.py")
+NOISE = "fedlab_analysis/data/noise.py"   # in SOURCES; it moves a number only for a run with het_noise > 0
 _STATE = {"lenient": False}
 
 
@@ -61,13 +68,37 @@ def is_lenient() -> bool:
     return _STATE["lenient"]
 
 
-def _hash_sources(paths) -> str:
+def _code_of(text: str) -> bytes:
+    """Python source as its syntax tree, without docstrings: two texts that differ in prose or layout only agree."""
+    tree = ast.parse(textwrap.dedent(text))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return _canon(tree).encode()
+
+
+def _canon(node) -> str:
+    """A syntax tree as text, its empty fields left out: the same across Python versions (``ast.dump`` is not)."""
+    if isinstance(node, list):
+        return "[" + ",".join(map(_canon, node)) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    fields = ((f, getattr(node, f, None)) for f in node._fields)
+    return type(node).__name__ + "(" + ",".join(f"{f}={_canon(v)}" for f, v in fields
+                                                if v is not None and not (isinstance(v, list) and not v)) + ")"
+
+
+def _hash_sources(paths, skip=()) -> str:
     h = hashlib.sha1()
     missing = [s for s in paths if not (ROOT / s).exists()]
     if missing:
         raise FileNotFoundError(f"probed.memo: no source {missing[0]!r}")
     for p in sorted(f for s in paths for f in ([ROOT / s] if (ROOT / s).is_file() else (ROOT / s).rglob("*.py"))):
-        h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes())
+        if p.relative_to(ROOT).as_posix() not in skip:
+            h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + _code_of(p.read_text()))
     return h.hexdigest()[:12]
 
 
@@ -108,6 +139,11 @@ def _key(entry: Path) -> str:
     return hashlib.sha1((entry / "key.json").read_bytes()).hexdigest()[:12]
 
 
+def _noisy(entry: Path) -> bool:
+    """Whether the run was trained on FedInit's noisy images (``het_noise`` > 0 in its key)."""
+    return bool(json.loads((entry / "key.json").read_text())["config"].get("het_noise"))
+
+
 def _where(fn) -> str:
     """``paper_figures.flatness.lam1``, from the file: a script run as ``python -m`` (``__main__``) names it alike."""
     mod = Path(inspect.getfile(fn)).resolve().relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
@@ -121,8 +157,9 @@ def memo(fn=None, *, sources: tuple = ()):
         return lambda f: memo(f, sources=sources)
     sig = inspect.signature(fn)
     first = next(iter(sig.parameters))
-    code = _hash_sources(SOURCES + tuple(sources))
-    code = hashlib.sha1((code + inspect.getsource(fn)).encode()).hexdigest()[:12]
+    own = _code_of(inspect.getsource(fn))
+    code = {noisy: hashlib.sha1(_hash_sources(SOURCES + tuple(sources), () if noisy else (NOISE,)).encode()
+                                + own).hexdigest()[:12] for noisy in (False, True)}
     where = _where(fn)
 
     @functools.wraps(fn)
@@ -134,7 +171,7 @@ def memo(fn=None, *, sources: tuple = ()):
         entry = _entry(path)
         if entry is None or not ledger._kept(entry):
             return json.loads(json.dumps(fn(*a, **kw), default=_plain))
-        name = json.dumps([where, path.relative_to(entry).as_posix(), args, code],
+        name = json.dumps([where, path.relative_to(entry).as_posix(), args, code[_noisy(entry)]],
                           sort_keys=True, default=str)
         results = kept(entry)
         if name in results:

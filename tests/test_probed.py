@@ -187,3 +187,44 @@ def test_a_measurement_is_named_by_its_file_so_a_script_run_as_main_finds_what_t
     main = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     main.__module__, main.__qualname__ = "__main__", fn.__qualname__          # python -m paper_figures.fedcm_...
     assert P._where(main) == P._where(fn) == "paper_figures.fedcm_dispersion.one_round"
+
+
+SRC = '''"""Module prose."""
+import math
+
+
+def f(x, k=2):
+    """Function prose."""
+    return math.sqrt(x) * k   # a comment
+'''
+
+
+def test_the_code_hash_reads_code_not_prose():
+    same = [SRC.replace("Module prose.", "Edited."), SRC.replace("Function prose.", "Other words, two lines.\n\n    More."),
+            SRC.replace("# a comment", ""), SRC.replace("(x, k=2)", "(x,  k = 2)"), SRC.replace('    """Function prose."""\n', "")]
+    moved = [SRC.replace("k=2", "k=3"), SRC.replace("sqrt", "exp"), SRC.replace("* k", "/ k"),
+             SRC.replace('"""Module prose."""', '"""Module prose."""\nMODE = "a b"'), SRC + "\nY = 'x'\n"]
+    base = P._code_of(SRC)
+    assert all(P._code_of(s) == base for s in same)
+    assert all(P._code_of(s) != base for s in moved)
+    assert len({P._code_of(s) for s in moved}) == len(moved)
+
+
+def test_the_noise_counts_only_for_a_run_trained_with_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "ROOT", tmp_path)
+    for rel, text in {"pkg/a.py": "A = 1\n", "pkg/noise.py": "S = 0.2\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    before = {skip: P._hash_sources(("pkg",), skip) for skip in ((), ("pkg/noise.py",))}
+    (tmp_path / "pkg/noise.py").write_text("S = 0.3\n")
+    assert P._hash_sources(("pkg",), ("pkg/noise.py",)) == before[("pkg/noise.py",)]
+    assert P._hash_sources(("pkg",)) != before[()]
+    (tmp_path / "pkg/a.py").write_text("A = 2\n")
+    assert P._hash_sources(("pkg",), ("pkg/noise.py",)) != before[("pkg/noise.py",)]
+    repo = Path(P.__file__).resolve().parents[1]                   # the skipped file is one the hash reads
+    assert (repo / P.NOISE).is_file() and any(repo / s in (repo / P.NOISE).parents for s in P.SOURCES)
+    for het, noisy in ((0.0, False), (0.2, True)):
+        entry = tmp_path / f"run-{het}"
+        entry.mkdir()
+        (entry / "key.json").write_text(json.dumps({"config": {"algo": "fedinit", "het_noise": het}}))
+        assert P._noisy(entry) is noisy
