@@ -5,6 +5,9 @@ rows by script and comparison (every script states the same comparisons in every
 table: script, comparison, the verdict in each tier, and "changed" where they differ; then the counts. Trains and
 computes nothing.
 
+``controls:<paper>`` stands for a paper's controls (``settings.controls``: arms from two scripts' committed outputs),
+in the current tiers only; a control whose arms ran under two protocols reads "not compared".
+
 A tier may name a git revision, ``TIER@REV``: its results as committed there. ``--tiers mnist@REV mnist`` lists
 what a change of settings did to a tier's verdicts (a script not redrawn since REV shows no change).
 """
@@ -17,6 +20,9 @@ import sys
 
 from fedlab_analysis.cli import guard
 from paper_figures import common as C
+
+CONTROLS = "controls:"                  # controls:<paper>, a paper's controls as one more script
+NOT_COMPARED = "not compared"           # a control whose two arms ran under different protocols
 
 
 def key(row: str) -> str:
@@ -43,8 +49,20 @@ def at(name: str, tier: str) -> dict | None:
 
 def rows(name: str, tier: str) -> dict | None:
     """{comparison (``key``): verdict} of a script's committed result in ``tier`` (None where there is none)."""
+    if name.startswith(CONTROLS):
+        return _controls(name[len(CONTROLS):], tier)
     data = at(name, tier)
     return None if data is None else {key(t["row"]): t["verdict"] for t in data["table"]}
+
+
+def _controls(paper: str, tier: str) -> dict | None:
+    """{comparison: verdict} of ``paper``'s controls in ``tier`` (None where it has none, or at a revision)."""
+    from paper_figures import settings as S
+    if "@" in tier:
+        return None
+    got = {key(f"control: {r['row']}"): r["verdict"]["verdict"] if r["verdict"] else NOT_COMPARED
+           for r in S.controls(tier=tier) if C.CLAIMS[r["claim"]].paper == paper}
+    return got or None
 
 
 def compare(names, a: str = "quick", b: str = "mnist") -> list[tuple[str, str, str, str]]:
@@ -84,14 +102,15 @@ def tasks(names, tiers=C.REAL, fam=None) -> list[dict]:
     out = []
     for name in names:
         got = {t: r for t in tiers if (r := rows(name, t)) is not None}
+        script = name.split(":")[0]                               # controls:<paper> -> the family's "controls"
         for row in dict.fromkeys(r for v in got.values() for r in v):
             stored = {t: got[t].get(row, "absent") for t in got}
-            hit = {t: judged.get((t, name, row)) for t in got}
+            hit = {t: judged.get((t, script, row)) for t in got}
             raw = {t: hit[t].get("raw", stored[t]) if hit[t] else stored[t] for t in got}
             verdicts = {t: hit[t]["adjusted"] if hit[t] else raw[t] for t in got}
             relative = {t: hit[t].get("relative") if hit[t] else None for t in got}
-            tested = [v for v in verdicts.values() if v not in ("absent", "not measured")]
-            out.append({"script": name, "row": row, "verdicts": verdicts, "raw": raw, "stored": stored,
+            tested = [v for v in verdicts.values() if v not in ("absent", "not measured", NOT_COMPARED)]
+            out.append({"script": script, "row": row, "verdicts": verdicts, "raw": raw, "stored": stored,
                         "relative": relative, "of": len(tested),
                         "holds": sum(v == "reproduced" for v in verdicts.values())})
     return out
@@ -109,7 +128,8 @@ def tasks_table(names, tiers=C.REAL, fam=None) -> str:
     it where they differ; the relative reduction of test error), "holds on k of n", then the tiers not yet trained
     with the command that trains them."""
     got = tasks(names, tiers, fam)
-    trained = [t for t in tiers if any(C.committed(n, t) is not None for n in names)]
+    has = lambda n, t: (rows(n, t) if n.startswith(CONTROLS) else C.committed(n, t)) is not None   # noqa: E731
+    trained = [t for t in tiers if any(has(n, t) for n in names)]
     head = ["| script | comparison | " + " | ".join(C.TIERS[t]["dataset"] for t in trained) + " | holds on |",
             "|---|---|" + "---|" * len(trained) + "---|"]
     body = [f"| {r['script']} | {r['row'].replace('|', '/')} | " + " | ".join(_cell(r, t) for t in trained)
@@ -117,7 +137,7 @@ def tasks_table(names, tiers=C.REAL, fam=None) -> str:
     missing = [t for t in tiers if t not in trained]
     note = "".join(f"\n\n*Not yet trained in the {t} tier ({C.TIERS[t]['dataset']}):* {', '.join(gap)} (their rows "
                    f"read absent there; `python -m paper_figures.tier --tier {t} --plan` says how long)."
-                   for t in trained if (gap := [n for n in names if C.committed(n, t) is None]))
+                   for t in trained if (gap := [n for n in names if not has(n, t)]))
     note += "".join(f"\n\n*The {t} tier ({C.TIERS[t]['dataset']}) is not trained yet:* `make figures TIER={t}` "
                    f"trains it (resumable; `python -m paper_figures.tier --tier {t} --plan` says how long)."
                    for t in missing)

@@ -516,6 +516,11 @@ def _arm(script: str, path: str, root, tier) -> tuple[list, list | None]:
     return acc, V.curve_runs(curves, ids, f"{script}: {path}")
 
 
+def _protocol(script: str, root, tier) -> int:
+    """The settings protocol ``script``'s committed output in ``tier`` was trained under (1 before the record)."""
+    return (_committed(script, root, tier).get("settings") or {"protocol": 1})["protocol"]
+
+
 def controls(root=None, tier=TIER) -> list[dict]:
     """Each control row of ``tier`` whose arms' scripts all have a committed output there: the paired per-seed
     effect (method minus base, in points) with its 95% t interval, the relative reduction of test error
@@ -523,19 +528,26 @@ def controls(root=None, tier=TIER) -> list[dict]:
     curves.json files under ``root`` (default paper_figures/out). Where both arms' files name their runs, the
     verdict is gated on their curves like any claim's; otherwise (outputs written before ``run_ids``) the arms are
     known only by their committed accuracies and no gate applies. Final test accuracy of the same seeds (one
-    partition and client draws per seed), except FedInit's rows, which use Table 6's late-round accuracy."""
+    partition and client draws per seed), except FedInit's rows, which use Table 6's late-round accuracy.
+    Two arms trained under different protocols are not compared: such a row has ``protocols`` and no verdict."""
     out = []
     for cid, what, arms, (bs, bpath, blabel) in CONTROLS:
         if not all(_has(x, root, tier) for x in (bs, *(a[0] for a in arms))):
             continue
         base, bruns = _arm(bs, bpath, root, tier)
         for s, path, label in arms:
+            protocols = sorted({_protocol(x, root, tier) for x in (s, bs)})
+            if len(protocols) > 1:
+                out.append({"control": what, "claim": cid, "row": f"{label} minus {blabel}", "from": f"{s} / {bs}",
+                            "protocols": protocols, "verdict": None})
+                continue
             a, aruns = _arm(s, path, root, tier)
             runs = [] if aruns is None or bruns is None else aruns + bruns
             eff = [x - y for x, y in zip(a, base)]
             m, lo, hi = V.interval(eff)
             side = "covers 0" if lo <= 0 <= hi else ("above 0" if lo > 0 else "below 0")
-            out.append({"control": what, "row": f"{label} minus {blabel}", "from": f"{s} / {bs}", "n": len(eff),
+            out.append({"control": what, "claim": cid, "row": f"{label} minus {blabel}", "from": f"{s} / {bs}",
+                        "n": len(eff),
                         "mean": 100 * m, "lo": 100 * lo, "hi": 100 * hi, "relative": V.relative(eff, base),
                         "interval": side, "arms": (list(a), list(base)), "curves": {r["id"]: r["curve"] for r in runs},
                         "verdict": {**V.decide(C.CLAIMS[cid], eff, runs), "row": f"control: {label} minus {blabel}"}})
@@ -545,7 +557,7 @@ def controls(root=None, tier=TIER) -> list[dict]:
 def control_data(root=None, tier=TIER) -> dict:
     """A tier's controls as a data.json holds them (``verdict.audit`` reads them into the tier's family): their
     verdict rows, for the relative size each row's two arms, and the curves of the runs the gated rows name."""
-    rows = controls(root, tier)
+    rows = [r for r in controls(root, tier) if r["verdict"]]
     return {"table": [r["verdict"] for r in rows],
             "arms": {f"{i}{k}": v for i, r in enumerate(rows) for k, v in zip("ab", r["arms"])},
             "run_curves": {k: v for r in rows for k, v in r["curves"].items()}}
@@ -614,7 +626,8 @@ def render_controls() -> str:
              "paper's family (script *controls*). Where both arms' data.json files name their runs (`run_ids`), the "
              "verdict is gated on those runs' committed curves (`curves.json`) like any claim's. Outputs written "
              "before `run_ids` (the protocol-1 MNIST ones) give the arms' accuracies alone, so no convergence gate "
-             "applies to their controls. Where one script trains both arms (FedSMOO and FedDyn in "
+             "applies to their controls. Two arms trained under different protocols (one script redrawn, the other not "
+             "yet) are not compared. Where one script trains both arms (FedSMOO and FedDyn in "
              "fedsmoo_table8_ablation, FedAvg and +RI in fedinit_table6), its own control row holds the same "
              "effect, and the family counts it once. A control appears in a tier once all its arms' scripts have "
              "a committed output there. Each arm's script: "
@@ -628,6 +641,10 @@ def render_controls() -> str:
         lines += ["| control | row | from | seeds | effect (points) | 95% interval | rel. error reduction | interval "
                   "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
+            if not r["verdict"]:
+                lines.append(f"| {r['control']} | {r['row']} | {r['from']} | | | | | | not compared: arms trained "
+                             f"under protocols {' and '.join(map(str, r['protocols']))} |")
+                continue
             lines.append(f"| {r['control']} | {r['row']} | {r['from']} | {r['n']} | {r['mean']:+.3f} | "
                          f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['relative']:+.1%} | {r['interval']} | "
                          f"{r['verdict']['verdict']} |")

@@ -200,8 +200,10 @@ def f(x, k=2):
 
 
 def test_the_code_hash_reads_code_not_prose():
-    same = [SRC.replace("Module prose.", "Edited."), SRC.replace("Function prose.", "Other words, two lines.\n\n    More."),
-            SRC.replace("# a comment", ""), SRC.replace("(x, k=2)", "(x,  k = 2)"), SRC.replace('    """Function prose."""\n', "")]
+    same = [SRC.replace("Module prose.", "Edited."),
+            SRC.replace("Function prose.", "Other words, two lines.\n\n    More."),
+            SRC.replace("# a comment", ""), SRC.replace("(x, k=2)", "(x,  k = 2)"),
+            SRC.replace('    """Function prose."""\n', "")]
     moved = [SRC.replace("k=2", "k=3"), SRC.replace("sqrt", "exp"), SRC.replace("* k", "/ k"),
              SRC.replace('"""Module prose."""', '"""Module prose."""\nMODE = "a b"'), SRC + "\nY = 'x'\n"]
     base = P._code_of(SRC)

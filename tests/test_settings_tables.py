@@ -198,3 +198,43 @@ def test_a_trained_model_claim_short_of_the_paper_horizon_is_not_judged(monkeypa
     assert S.past_horizon("fedcm_table3_alpha", rows, "quick") == rows
     monkeypatch.setitem(C.MNIST_BASE, "rounds", 4000)             # the paper's horizon: judged
     assert S.past_horizon("fedcm_table3_alpha", rows, "mnist") == rows
+
+
+def test_a_control_pairs_only_arms_trained_under_one_protocol(tmp_path):
+    """FedLESAM-S (fedlesam_fig4_rho) against SCAFFOLD (fedsmoo_fig3_surface): both arms written under one protocol
+    are compared; with one arm's output from another protocol the row says so, has no verdict, and leaves the family's
+    control rows (``control_data``)."""
+    for s in ("fedlesam_fig4_rho", "fedsmoo_fig3_surface"):
+        src, dst = C.OUT / "fmnist" / s, tmp_path / "fmnist" / s
+        dst.mkdir(parents=True)
+        for f in ("data.json", "curves.json"):
+            (dst / f).write_text((src / f).read_text())
+    pair = "fedlesam_fig4_rho / fedsmoo_fig3_surface"
+    rows = lambda: [r for r in S.controls(tmp_path, "fmnist") if r["from"] == pair]                   # noqa: E731
+    assert len(rows()) == 3 and all(r["verdict"] and "protocols" not in r for r in rows())
+    judged = len(S.control_data(tmp_path, "fmnist")["table"])
+    f = tmp_path / "fmnist" / "fedsmoo_fig3_surface" / "data.json"
+    d = json.loads(f.read_text())
+    d["settings"] = {**d["settings"], "protocol": 1}
+    f.write_text(json.dumps(d))
+    assert len(rows()) == 3 and all(r["verdict"] is None and r["protocols"] == [1, 2] for r in rows())
+    assert len(S.control_data(tmp_path, "fmnist")["table"]) == judged - 3
+
+
+def test_a_paper_s_controls_read_as_one_more_script_in_the_tasks_table(monkeypatch):
+    """``controls:fedlesam`` gives FedLESAM's controls on both tasks and no other paper's; a control whose arms ran
+    under two protocols reads "not compared" and does not count in "holds on ... of"."""
+    from paper_figures import compare_tiers as CT
+    real = S._protocol
+    monkeypatch.setattr(S, "_protocol", lambda s, root, tier: 1 if (s, tier) == ("fedsmoo_fig3_surface", "mnist")
+                        else real(s, root, tier))
+    got = CT.tasks([CT.CONTROLS + "fedlesam"])
+    want = {f"control: {r['row']}" for t in C.REAL for r in S.controls(tier=t) if r["claim"].startswith("fedlesam.")}
+    assert {r["row"] for r in got} == want and len(want) == 4
+    assert all(r["script"] == "controls" for r in got)
+    scaffold = [r for r in got if "SCAFFOLD" in r["row"]]
+    assert len(scaffold) == 3 and all(r["verdicts"]["mnist"] == CT.NOT_COMPARED for r in scaffold)
+    assert all(r["of"] == sum(v not in ("absent", "not measured", CT.NOT_COMPARED) for v in r["verdicts"].values())
+               for r in got)
+    assert "not compared" in CT.tasks_table([CT.CONTROLS + "fedlesam"])
+    assert not any("RI" in r["row"] or "FedSMOO" in r["row"] for r in got)
