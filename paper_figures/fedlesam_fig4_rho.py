@@ -112,7 +112,7 @@ def compute(seeds=3, tier="quick"):
           title=f"FedLESAM-S, {len(seeds)} seeds (mean ± std)")
     if outside:                                               # ratios this tier trains beyond the from-scratch range
         a.axvspan(3, 300, color="0.85", alpha=0.5, lw=0,      # in the legend: a label here would cross the curves
-                  label="no verdict: the paper states\n10^-2..10^2 for pre-trained\nmodels only")
+                  label="FedAvg comparison not judged:\nthe paper states 10^-2..10^2\nfor pre-trained models only")
     a.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle(f"FedLESAM Fig. 4 at small scale: {setting}", fontsize=9)
     fig.tight_layout()
