@@ -70,14 +70,20 @@ def is_lenient() -> bool:
 
 def _code_of(text: str) -> bytes:
     """Python source as its syntax tree, without docstrings: two texts that differ in prose or layout only agree."""
-    tree = ast.parse(textwrap.dedent(text))
+    return _canon(_bare(ast.parse(textwrap.dedent(text)))).encode()
+
+
+def _bare(tree: ast.AST) -> ast.AST:
+    """``tree`` without docstrings and without the empty parts some Python versions put in f-strings."""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return _canon(tree).encode()
+        if isinstance(node, ast.JoinedStr):       # Python 3.12.1 adds an empty part to some f-string format specs
+            node.values = [v for v in node.values if not (isinstance(v, ast.Constant) and v.value == "")]
+    return tree
 
 
 def _canon(node) -> str:
