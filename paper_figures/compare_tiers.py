@@ -6,7 +6,8 @@ table: script, comparison, the verdict in each tier, and "changed" where they di
 computes nothing.
 
 ``controls:<paper>`` stands for a paper's controls (``settings.controls``: arms from two scripts' committed outputs),
-in the current tiers only; a control whose arms ran under two protocols reads "not compared".
+in the current tiers only; a control whose arms ran under two protocols, or whose ledger records show other
+settings beyond the methods (``settings.unequal``), reads "not compared".
 
 A tier may name a git revision, ``TIER@REV``: its results as committed there. ``--tiers mnist@REV mnist`` lists
 what a change of settings did to a tier's verdicts (a script not redrawn since REV shows no change).
@@ -22,7 +23,7 @@ from fedlab_analysis.cli import guard
 from paper_figures import common as C
 
 CONTROLS = "controls:"                  # controls:<paper>, a paper's controls as one more script
-NOT_COMPARED = "not compared"           # a control whose two arms ran under different protocols
+NOT_COMPARED = "not compared"           # a control whose two arms ran under other protocols or settings
 
 
 def key(row: str) -> str:

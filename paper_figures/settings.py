@@ -25,8 +25,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from fedlab_analysis import algos
-from fedlab_analysis.config import RunConfig
+from fedlab_analysis.config import EXECUTION, RunConfig
 from paper_figures import common as C
+from paper_figures import ledger
 from paper_figures import verdict as V
 from paper_figures.tier import ORDER
 
@@ -516,6 +517,42 @@ def _arm(script: str, path: str, root, tier) -> tuple[list, list | None]:
     return acc, V.curve_runs(curves, ids, f"{script}: {path}")
 
 
+# What a run records, not what it computes (evaluation, checkpoints and probes leave the trajectory unchanged: the
+# trainer's tests): a control's two arms may differ in these.
+RECORDING = ("eval_every", "eval_train_samples", "eval_samples", "ckpt_every", "ckpt_keep", "keep_clients", "probe",
+             "probe_every", "probe_steps", "quiet", "tensorboard")
+
+
+def _configs(runs: list | None, root, tier) -> list | None:
+    """Each run's config as its ledger record keeps it (``<root>/ledger/<tier>/<id>.json.gz``, key.json), in the
+    order of ``runs``; None where a run has no record (trained before the ledger) or ``runs`` is None."""
+    paths = [Path(root or C.OUT) / "ledger" / tier / f"{r['id']}.json.gz" for r in runs or ()]
+    if not paths or not all(p.is_file() for p in paths):
+        return None
+    return [json.loads(ledger._stored(p)["key.json"])["config"] for p in paths]
+
+
+def unequal(a: dict, b: dict) -> list[str]:
+    """The knobs on which a method's run ``a`` and its base's run ``b`` (two configs, one seed) differ beyond the
+    methods themselves: every field but the algorithm, relaxed initialisation's switch, the execution and recording
+    fields, and a hyper-parameter that not both read (``algos.uses``). A control isolates the method only where
+    this is empty: the same seed, data, model, schedule, clipping and shared hyper-parameters."""
+    reads = lambda c: set(algos.uses(c["algo"], c.get("ri", False), SimpleNamespace(**c)))   # noqa: E731
+    both, skip = reads(a) & reads(b), {"algo", "ri", *EXECUTION, *RECORDING}
+    return [f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in sorted({*a, *b})
+            if k not in skip and (k not in algos.HYPER or k in both) and a.get(k) != b.get(k)]
+
+
+def _settings_check(aruns, bruns, root, tier) -> tuple[str, list]:
+    """Whether a control's arms were trained with equal settings, seed by seed, from their ledger records:
+    ("same", []), ("differ", [knob a vs b, ...]) or ("not checked", []) where a run has no record."""
+    ca, cb = _configs(aruns, root, tier), _configs(bruns, root, tier)
+    if ca is None or cb is None or len(ca) != len(cb):
+        return "not checked", []
+    diff = sorted({d for x, y in zip(ca, cb) for d in unequal(x, y)})
+    return ("differ", diff) if diff else ("same", [])
+
+
 def _protocol(script: str, root, tier) -> int:
     """The settings protocol ``script``'s committed output in ``tier`` was trained under (1 before the record)."""
     return (_committed(script, root, tier).get("settings") or {"protocol": 1})["protocol"]
@@ -529,7 +566,10 @@ def controls(root=None, tier=TIER) -> list[dict]:
     verdict is gated on their curves like any claim's; otherwise (outputs written before ``run_ids``) the arms are
     known only by their committed accuracies and no gate applies. Final test accuracy of the same seeds (one
     partition and client draws per seed), except FedInit's rows, which use Table 6's late-round accuracy.
-    Two arms trained under different protocols are not compared: such a row has ``protocols`` and no verdict."""
+    Two arms trained under different protocols are not compared: such a row has ``protocols`` and no verdict.
+    Nor are two arms whose ledger records show settings that differ beyond the methods (``unequal``): such a row has
+    ``unequal`` and no verdict. A compared row says under ``settings`` whether its arms' settings were checked equal
+    ("same") or could not be ("not checked": a run trained before the ledger)."""
     out = []
     for cid, what, arms, (bs, bpath, blabel) in CONTROLS:
         if not all(_has(x, root, tier) for x in (bs, *(a[0] for a in arms))):
@@ -542,6 +582,11 @@ def controls(root=None, tier=TIER) -> list[dict]:
                             "protocols": protocols, "verdict": None})
                 continue
             a, aruns = _arm(s, path, root, tier)
+            same, diff = _settings_check(aruns, bruns, root, tier)
+            if diff:
+                out.append({"control": what, "claim": cid, "row": f"{label} minus {blabel}", "from": f"{s} / {bs}",
+                            "unequal": diff, "verdict": None})
+                continue
             runs = [] if aruns is None or bruns is None else aruns + bruns
             eff = [x - y for x, y in zip(a, base)]
             m, lo, hi = V.interval(eff)
@@ -549,7 +594,8 @@ def controls(root=None, tier=TIER) -> list[dict]:
             out.append({"control": what, "claim": cid, "row": f"{label} minus {blabel}", "from": f"{s} / {bs}",
                         "n": len(eff),
                         "mean": 100 * m, "lo": 100 * lo, "hi": 100 * hi, "relative": V.relative(eff, base),
-                        "interval": side, "arms": (list(a), list(base)), "curves": {r["id"]: r["curve"] for r in runs},
+                        "interval": side, "settings": same, "arms": (list(a), list(base)),
+                        "curves": {r["id"]: r["curve"] for r in runs},
                         "verdict": {**V.decide(C.CLAIMS[cid], eff, runs), "row": f"control: {label} minus {blabel}"}})
     return out
 
@@ -569,8 +615,11 @@ HEAD = ("Generated by `python -m paper_figures.settings` from the code (each run
         "(`paper_figures/settings.py`). Do not edit by hand.")
 
 
+def _cell(x) -> str:
+    return str(x).replace("|", "\\|")
+
+
 def render(script: str) -> str:
-    cell = lambda x: str(x).replace("|", "\\|")                                              # noqa: E731
     rs = rows(script)
     counts = {m: sum(r["mark"].split(":")[0] == m for r in rs) for m in
               ("same", "differs", "not stated", "paper form only", "both forms")}
@@ -584,8 +633,8 @@ def render(script: str) -> str:
              "| knob | paper | where | MNIST tier | mark | why / the authors' code |", "|---|---|---|---|---|---|"]
     for r in rs:
         ours_ = r["ours"] if isinstance(r["ours"], str) else f"{r['ours']:.2g}"
-        lines.append(f"| {cell(r['knob'])} | {cell(r['paper'])} | {cell(r['where'] or '-')} | {cell(ours_)} | "
-                     f"{r['mark']} | {cell(r['why'])} |")
+        lines.append(f"| {_cell(r['knob'])} | {_cell(r['paper'])} | {_cell(r['where'] or '-')} | {_cell(ours_)} | "
+                     f"{r['mark']} | {_cell(r['why'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -627,7 +676,11 @@ def render_controls() -> str:
              "verdict is gated on those runs' committed curves (`curves.json`) like any claim's. Outputs written "
              "before `run_ids` (the protocol-1 MNIST ones) give the arms' accuracies alone, so no convergence gate "
              "applies to their controls. Two arms trained under different protocols (one script redrawn, the other not "
-             "yet) are not compared. Where one script trains both arms (FedSMOO and FedDyn in "
+             "yet) are not compared. Column *settings*: \"same\" where both arms' ledger records (`out/ledger`) show "
+             "the same settings seed by seed beyond the methods themselves (`settings.unequal`: all but the "
+             "algorithm, relaxed initialisation's switch, execution and recording fields, and a hyper-parameter not "
+             "both read); \"not checked\" where a run predates the ledger. Arms whose settings differ are not "
+             "compared. Where one script trains both arms (FedSMOO and FedDyn in "
              "fedsmoo_table8_ablation, FedAvg and +RI in fedinit_table6), its own control row holds the same "
              "effect, and the family counts it once. A control appears in a tier once all its arms' scripts have "
              "a committed output there. Each arm's script: "
@@ -638,16 +691,17 @@ def render_controls() -> str:
         if not rows:
             lines.append("None yet: no control has all its arms' scripts committed in this tier.")
             continue
-        lines += ["| control | row | from | seeds | effect (points) | 95% interval | rel. error reduction | interval "
-                  "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| control | row | from | settings | seeds | effect (points) | 95% interval | rel. error reduction "
+                  "| interval | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if not r["verdict"]:
-                lines.append(f"| {r['control']} | {r['row']} | {r['from']} | | | | | | not compared: arms trained "
-                             f"under protocols {' and '.join(map(str, r['protocols']))} |")
+                why = (f"arms trained under protocols {' and '.join(map(str, r['protocols']))}" if "protocols" in r
+                       else f"arms' settings differ ({'; '.join(r['unequal'])})")
+                lines.append(f"| {r['control']} | {r['row']} | {r['from']} | | | | | | | not compared: {_cell(why)} |")
                 continue
-            lines.append(f"| {r['control']} | {r['row']} | {r['from']} | {r['n']} | {r['mean']:+.3f} | "
-                         f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['relative']:+.1%} | {r['interval']} | "
-                         f"{r['verdict']['verdict']} |")
+            lines.append(f"| {r['control']} | {r['row']} | {r['from']} | {r['settings']} | {r['n']} | "
+                         f"{r['mean']:+.3f} | [{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['relative']:+.1%} | "
+                         f"{r['interval']} | {r['verdict']['verdict']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -221,6 +221,38 @@ def test_a_control_pairs_only_arms_trained_under_one_protocol(tmp_path):
     assert len(S.control_data(tmp_path, "fmnist")["table"]) == judged - 3
 
 
+def test_a_control_compares_only_arms_with_the_same_settings_beyond_the_methods(tmp_path):
+    """FedAvg +RI against FedAvg (fedinit_table6, MNIST): the arms' ledger records agree seed by seed beyond the
+    methods, so the rows say "same"; a base run with another decay is not compared and names the knob; a knob only
+    one arm reads (beta) does not count; a missing record leaves the rows judged but "not checked"."""
+    import gzip
+    dst = tmp_path / "mnist" / "fedinit_table6"
+    dst.mkdir(parents=True)
+    for f in ("data.json", "curves.json"):
+        (dst / f).write_text((C.OUT / "mnist" / "fedinit_table6" / f).read_text())
+    d = json.loads((dst / "data.json").read_text())
+    ids = d["run_ids"]["acc/fedavg"] + d["run_ids"]["acc/fedavg+ri"] + d["run_ids"]["acc/fedavg+ri-code"]
+    (tmp_path / "ledger" / "mnist").mkdir(parents=True)
+    for i in ids:
+        shutil.copy(C.OUT / "ledger" / "mnist" / f"{i}.json.gz", tmp_path / "ledger" / "mnist")
+    rows = lambda: [r for r in S.controls(tmp_path, "mnist") if r["claim"] == "fedinit.ctrl.ri"]      # noqa: E731
+    assert len(rows()) == 2 and all(r["verdict"] and r["settings"] == "same" for r in rows())
+
+    def edit(run, **knobs):
+        path = tmp_path / "ledger" / "mnist" / f"{run}.json.gz"
+        rec = json.loads(gzip.decompress(path.read_bytes()))
+        key = json.loads(rec["key.json"])
+        key["config"].update(knobs)
+        rec["key.json"] = json.dumps(key)
+        path.write_bytes(gzip.compress(json.dumps(rec).encode()))
+    edit(d["run_ids"]["acc/fedavg+ri"][2], beta=0.7)                 # RI's own knob: the base does not read it
+    assert all(r["settings"] == "same" for r in rows())
+    edit(d["run_ids"]["acc/fedavg"][3], lr_decay=0.9995)            # the base's schedule: no longer a control
+    assert all(r["verdict"] is None and r["unequal"] == ["lr_decay 0.998 vs 0.9995"] for r in rows())
+    (tmp_path / "ledger" / "mnist" / f"{d['run_ids']['acc/fedavg'][3]}.json.gz").unlink()
+    assert len(rows()) == 2 and all(r["verdict"] and r["settings"] == "not checked" for r in rows())
+
+
 def test_a_paper_s_controls_read_as_one_more_script_in_the_tasks_table(monkeypatch):
     """``controls:fedlesam`` gives FedLESAM's controls on both tasks and no other paper's; a control whose arms ran
     under two protocols reads "not compared" and does not count in "holds on ... of"."""
