@@ -133,8 +133,8 @@ def beta_rows(BETAS, acc_b, runs_b, tier, form: str = "") -> list:
             continue
         j = BETAS.index(b)
         v = V.decide(common.CLAIMS[cid], acc_b[b0] - acc_b[j], runs_b[b0] + runs_b[j], base=acc_b[j])
-        out.append(common.row(cid, f"beta = {b:g} {what} beta = 0{tail}", f"accuracy lost {V.fmt(v, 100, ' points')}"
-                              + (f"; {v['note']}" if v["verdict"] == V.DIVERGED else ""), v, beta=b, **mark))
+        lost = f"accuracy lost {V.fmt(v, 100, ' points')}" if v["mean"] is not None else v["note"]
+        out.append(common.row(cid, f"beta = {b:g} {what} beta = 0{tail}", lost, v, beta=b, **mark))
     return out
 
 
@@ -153,13 +153,16 @@ def plot(res: dict):
                               color="C9", label=CODE[f][1])
     ax[0, 0].set_xticks(res["K"], [f"{k:g}" for k in res["K"]])      # the grid's K, not log-scale decades
     ax[0, 0].minorticks_off()
-    marked = [(float(b), n) for b, n in res["nonfinite_runs"].items() if n]   # diverged runs: marked, never dropped
-    for i, (b, n) in enumerate(marked):                              # "n/seeds": short, so neighbours never overlap
-        y = np.nanmin(res["acc_beta"])
-        ax[0, 1].plot(b, y, "x", color="C3", label="FedInit diverged (runs/seeds)" if i == 0 else None)
-        ax[0, 1].annotate(f"{n}/{len(res['acc_beta'][0])}", (b, y), xytext=(0, 5), textcoords="offset points",
-                          ha="center", va="bottom", fontsize=7, color="C3")
-    ax[0, 1].legend(fontsize=7, loc="upper right")
+    y = np.nanmin([np.nanmin(np.array(res[k], dtype=float)) for k in res if k.startswith("acc_beta")])
+    forms = [("", "diverged (runs/seeds)", "x", "C3", 5)] + [(f"_{f}", "diverged, code form", "+", "C9", -12)
+                                                             for f in CODE]
+    for sfx, name, mk, col, dy in forms:                             # diverged runs: marked, never dropped
+        marked = [(float(b), n) for b, n in res.get(f"nonfinite_runs{sfx}", {}).items() if n]
+        for i, (b, n) in enumerate(marked):                          # "n/seeds": short, so neighbours never overlap
+            ax[0, 1].plot(b, y, mk, color=col, label=name if i == 0 else None)
+            ax[0, 1].annotate(f"{n}/{len(res['acc_beta'][0])}", (b, y), xytext=(0, dy), textcoords="offset points",
+                              ha="center", va="bottom", fontsize=7, color=col)
+    ax[0, 1].legend(fontsize=7, loc="best")
     c = res["config"]
     fig.suptitle(f"FedInit Fig. 1 — FedInit on {c['dataset']} ({c['model']}), {c['clients']} clients at "
                  f"{c['active_ratio']:.0%}, Dir-{c['dir_alpha']}, {c['rounds']} rounds, mean ± std over "
