@@ -121,7 +121,7 @@ def test_committed_verdicts_are_rederived_and_verdicts_md_is_current():
     n_rows = sum(len(json.loads(p.read_text())["table"]) for p in OUT.glob("*/data.json") if p.parent.name != "mnist")
     assert len(fam["quick"]) == n_rows and len(fam["mnist"]) > 100
     assert (OUT / "verdicts.md").read_text() == F.render(fam), "run python -m paper_figures.family"
-    rows = {(r["script"], r["row"]): r for r in fam["mnist"]}
+    rows = {(r["script"], r["row"]): r for r in fam["fmnist"]}            # both scripts under one protocol there
     flatter = "FedSMOO vs FedAvg: flatter (mean rise over the plane)"      # the same runs under two papers' claims
     a, b = rows["fedsmoo_fig3_surface", flatter], rows["fedlesam_fig3_surface", flatter]
     assert a["same_as"] == [f"fedlesam_fig3_surface: {flatter}"] and a["counted"] and b["counted"]
