@@ -66,7 +66,7 @@ def keep(entry) -> Path | None:
     rounds = matched_rounds(entry)
     if rounds:
         rec[MATCHED] = json.dumps(rounds, sort_keys=True)
-    if not path.exists() or _stored(path) != rec:
+    if not path.exists() or read(path) != rec:
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as z:
             z.write(json.dumps(rec, sort_keys=True).encode())
@@ -83,7 +83,7 @@ def restore(entry) -> bool:
     path = _record_path(entry) if _kept(entry) else None
     if path is None or entry.exists() or not path.exists():
         return False
-    rec = _stored(path)
+    rec = read(path)
     rec["done.json"] = json.dumps({**json.loads(rec["done.json"]), "light": True}, indent=1) + "\n"
     for f in sorted(rec, key=lambda f: f == "done.json"):       # done.json last: a cut-off restore is not done
         _atomic(entry / f, rec[f].encode())
@@ -100,7 +100,8 @@ def light(entry) -> bool:
         return False
 
 
-def _stored(path: Path) -> dict:
+def read(path: Path) -> dict:
+    """The files of the run recorded at ``path``, by name."""
     return json.loads(gzip.decompress(path.read_bytes()))
 
 

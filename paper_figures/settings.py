@@ -529,7 +529,7 @@ def _configs(runs: list | None, root, tier) -> list | None:
     paths = [Path(root or C.OUT) / "ledger" / tier / f"{r['id']}.json.gz" for r in runs or ()]
     if not paths or not all(p.is_file() for p in paths):
         return None
-    return [json.loads(ledger._stored(p)["key.json"])["config"] for p in paths]
+    return [json.loads(ledger.read(p)["key.json"])["config"] for p in paths]
 
 
 def unequal(a: dict, b: dict) -> list[str]:
