@@ -137,8 +137,9 @@ def render(fam: dict) -> str:
             judged = [r for r in rows if r["p"] is not None and r.get("current") is not None]
             old = sorted({r["script"] for r in judged if not r["current"]})
             out.append(f"{sum(not r['current'] for r in judged)} of its {len(judged)} judged rows of trained scripts "
-                       "come from outputs trained under earlier settings (their settings tables say which)"
-                       + (f": {', '.join(old)}." if old else "."))
+                       "come from outputs trained under earlier settings (their settings tables say which): "
+                       f"{', '.join(old)}." if old else f"Each of its {len(judged)} judged rows of trained scripts "
+                       "comes from an output trained under the current settings.")
     out += ["", "## What each verdict is re-derived from", "",
             f"Every row is recomputed from the committed files by `verdict.audit` (tests/test_verdict_family.py). "
             f"*curves*: the row names its runs; each run's flag (the convergence gate, collapse, divergence) is "

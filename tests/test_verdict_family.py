@@ -206,8 +206,10 @@ def test_the_statement_says_how_many_judged_rows_come_from_earlier_settings(tmp_
         stale = {s for s in ORDER if not C.trained_under(s, tier)[0]}
         judged = [r for r in fam[tier] if r["p"] is not None and r["script"] in ORDER]
         n = sum(r["script"] in stale for r in judged)
-        assert f"{n} of its {len(judged)} judged rows of trained scripts come from outputs trained under earlier" \
-            in page, tier
+        line = (f"{n} of its {len(judged)} judged rows of trained scripts come from outputs trained under earlier"
+                if n else f"Each of its {len(judged)} judged rows of trained scripts comes from an output trained "
+                "under the current settings.")
+        assert line in page, tier
     root = copy_results(tmp_path)
     current = "fedsmoo_table2"                           # a committed mnist output trained under today's settings
     assert C.trained_under(current, "mnist")[0]
