@@ -96,32 +96,45 @@ def test_controls_agree_with_the_scripts_own_rows():
 
 
 def test_a_control_is_gated_on_its_runs_curves(tmp_path):
-    """Fashion-MNIST's RI control names its runs (Table 6's ``run_ids``) and is gated on their curves: not converged,
-    as Table 6's own control row. With those runs' last rounds made flat, or without the run ids (an output written
-    before them: no gate), the same effect is judged (inconclusive)."""
+    """Fashion-MNIST's RI control names its runs (Table 6's ``run_ids``) and is gated on their curves, as Table 6's own
+    control row. With every run's last rounds made flat the gate passes; with one run's last fifth made a 20-point ramp
+    it reads "not converged"; without the run ids (an output written before them) there is no gate."""
     src = C.OUT / "fmnist" / "fedinit_table6"
     own = next(r for r in json.loads((src / "data.json").read_text())["table"]
                if r["row"] == "control: fedavg +RI (Alg. 1) minus fedavg, equal rounds and local steps")
     ri = lambda root: next(r for r in S.controls(root, "fmnist")                               # noqa: E731
                            if r["row"] == "FedAvg +RI (ri) minus FedAvg")["verdict"]
     got = ri(None)
-    assert got["verdict"] == own["verdict"] == "not converged" and got["note"] == own["note"]
+    assert got["verdict"] == own["verdict"] and got["note"] == own["note"]
     assert sorted(got["runs"]) == sorted(own["runs"]) and sorted(got["flags"]) == sorted(own["flags"])
     dst = tmp_path / "fmnist" / "fedinit_table6"
     dst.mkdir(parents=True)
-    data, curves = (json.loads((src / f).read_text()) for f in ("data.json", "curves.json"))
-    for i, f in zip(got["runs"], got["flags"]):
-        if f != "ok":
-            c = curves["runs"][i]["test_acc"]
-            c[:] = [c[-1]] * len(c)
+    data = json.loads((src / "data.json").read_text())
     (dst / "data.json").write_text(json.dumps(data))
-    (dst / "curves.json").write_text(json.dumps(curves))
-    assert ri(tmp_path)["verdict"] == "inconclusive"
-    (dst / "curves.json").write_text((src / "curves.json").read_text())
+
+    def curves_with(edit):                         # edit(k, curve): the k-th of the control's runs
+        curves = json.loads((src / "curves.json").read_text())
+        for k, i in enumerate(got["runs"]):
+            edit(k, curves["runs"][i]["test_acc"])
+        (dst / "curves.json").write_text(json.dumps(curves))
+
+    def flat(k, c):
+        c[:] = [c[-1]] * len(c)
+
+    def ramp(k, c):                                # the first run: flat, then a 20-point rise over its last fifth
+        flat(k, c)
+        if k == 0:
+            n = len(c) // 5
+            c[-n:] = [c[-1] - 0.2 * (n - 1 - j) / (n - 1) for j in range(n)]
+
+    curves_with(flat)
+    ungated = ri(tmp_path)["verdict"]
+    assert ungated not in ("not converged", "not measured")
+    curves_with(ramp)
     assert ri(tmp_path)["verdict"] == "not converged"
     del data["run_ids"]
     (dst / "data.json").write_text(json.dumps(data))
-    assert ri(tmp_path)["verdict"] == "inconclusive" and "runs" not in ri(tmp_path)
+    assert ri(tmp_path)["verdict"] == ungated and "runs" not in ri(tmp_path)
 
 
 def test_the_rows_the_horizon_rule_marks_are_the_fedcm_scripts_judged_rows():
