@@ -140,6 +140,9 @@ def render(fam: dict) -> str:
                        "come from outputs trained under earlier settings (their settings tables say which): "
                        f"{', '.join(old)}." if old else f"Each of its {len(judged)} judged rows of trained scripts "
                        "comes from an output trained under the current settings.")
+            unjudged = sorted({r["script"] for r in rows if r.get("current") is False} - set(old))
+            if unjudged:
+                out.append(f"Trained under earlier settings, with no judged row: {', '.join(unjudged)}.")
     out += ["", "## What each verdict is re-derived from", "",
             f"Every row is recomputed from the committed files by `verdict.audit` (tests/test_verdict_family.py). "
             f"*curves*: the row names its runs; each run's flag (the convergence gate, collapse, divergence) is "

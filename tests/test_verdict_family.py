@@ -210,6 +210,10 @@ def test_the_statement_says_how_many_judged_rows_come_from_earlier_settings(tmp_
                 if n else f"Each of its {len(judged)} judged rows of trained scripts comes from an output trained "
                 "under the current settings.")
         assert line in page, tier
+        # and every stale script is named, judged rows or none (FedInit Fig. 1's rows are exact or not converged)
+        named = [ln for ln in page.splitlines() if "earlier settings" in ln and "judged row" in ln]
+        for s in stale & {r["script"] for r in fam[tier]}:
+            assert any(s in ln for ln in named), (tier, s)
     root = copy_results(tmp_path)
     current = "fedsmoo_table2"                           # a committed mnist output trained under today's settings
     assert C.trained_under(current, "mnist")[0]
