@@ -173,10 +173,11 @@ def _failed(task: dict, e: BaseException) -> dict:
     return {"path": str(entry), "status": "failed", "error": err}
 
 
-def train_entries(todo: list, t0: float) -> dict:
+def train_entries(todo: list, t0: float, on_done=None) -> dict:
     """Train prepared entries ``todo`` = [(i, task, resume, RunConfig, MatchedFit)] as one pack
-    (fedlab_analysis.trainers.pack), each with its tag's hooks; then each one's matched-fit check and done.json, or
-    failed.json. Returns {i: record}."""
+    (fedlab_analysis.trainers.pack), each with its tag's hooks; as each run ends (not when the pack does), its
+    matched-fit check and done.json, or failed.json, then ``on_done(path)`` for a done one (the ledger's record). A
+    session cut off mid-pack so keeps the pack's finished runs. Returns {i: record}."""
     recs: dict = {}
     if not todo:
         return recs
@@ -184,21 +185,29 @@ def train_entries(todo: list, t0: float) -> dict:
 
     from fedlab_analysis.device import set_threads
     from fedlab_analysis.trainers.pack import Job, train_pack
+
+    def end(r: int, outcome) -> None:
+        i, task, resume, _, fit = todo[r]
+        try:
+            recs[i] = _finish(task, outcome, resume, fit, t0)
+        except Exception as e:                # noqa: BLE001
+            recs[i] = _failed(task, e)
+        if on_done is not None and recs[i]["status"] == "done":
+            on_done(recs[i]["path"])
+
     threads = torch.get_num_threads()
     set_threads(todo[0][3].threads)
     try:
         outcomes = train_pack([Job(cfg, Path(task["path"]) / "run", resume=resume, overwrite=not resume,
                                    callbacks=[*hooks_for(task["tag"], cfg.seed), fit])
-                               for _, task, resume, cfg, fit in todo])
+                               for _, task, resume, cfg, fit in todo], on_end=end)
     except Exception as e:                    # noqa: BLE001  (the pack could not start: each run records it)
         outcomes = [e] * len(todo)
     finally:
         torch.set_num_threads(threads)
-    for (i, task, resume, _, fit), o in zip(todo, outcomes):
-        try:
-            recs[i] = _finish(task, o, resume, fit, t0)
-        except Exception as e:                # noqa: BLE001
-            recs[i] = _failed(task, e)
+    for r, o in enumerate(outcomes):          # runs that never ended: the pack could not start
+        if todo[r][0] not in recs:
+            end(r, o)
     return recs
 
 

@@ -202,8 +202,8 @@ def ensure(task: dict) -> dict:
 
 def ensure_pack(tasks: list[dict]) -> list[dict]:
     """``ensure`` for runs trained together in one program (fedlab_analysis.trainers.pack): each entry prepared,
-    the pending ones trained as one pack, each one's matched-fit check and done.json (or failed.json) after it. A
-    run that diverges is done and marked; one that fails is recorded; the others go on."""
+    the pending ones trained as one pack, each one's matched-fit check, done.json (or failed.json) and ledger record
+    as it ends. A run that diverges is done and marked; one that fails is recorded; the others go on."""
     t0, recs, todo = time.perf_counter(), {}, []
     for i, task in enumerate(tasks):
         try:
@@ -213,13 +213,10 @@ def ensure_pack(tasks: list[dict]) -> list[dict]:
                 todo.append((i, task, *_prepare(task)))
         except Exception as e:                    # noqa: BLE001  (one failing run is recorded, not fatal)
             recs[i] = E._failed(task, e)
-    recs.update(E.train_entries(todo, t0))
-    for rec in recs.values():
+    for rec in recs.values():                         # done before: a cache trained before the ledger is recorded
         if rec["status"] == "done":
-            try:
-                ledger.keep(rec["path"])
-            except OSError as e:                      # a full disk costs the record, not the run
-                print(f"warning: ledger: {rec['path']}: {e}", file=sys.stderr)
+            _keep(rec["path"])
+    recs.update(E.train_entries(todo, t0, on_done=_keep))      # each trained run recorded as it ends
     for i, task in enumerate(tasks):                  # the weights scripts' measurements, kept while the weights are
         if recs[i]["status"] == "done" and probed.unmeasured(task):
             try:
@@ -227,6 +224,14 @@ def ensure_pack(tasks: list[dict]) -> list[dict]:
             except Exception as e:                    # noqa: BLE001  (costs the measurement: the script redoes it)
                 print(f"warning: measuring {task['path']}: {type(e).__name__}: {e}", file=sys.stderr)
     return [recs[i] for i in range(len(tasks))]
+
+
+def _keep(path) -> None:
+    """The ledger's record of the done run at ``path``; a full disk costs the record, not the run."""
+    try:
+        ledger.keep(path)
+    except OSError as e:
+        print(f"warning: ledger: {path}: {e}", file=sys.stderr)
 
 
 def _prepare(task: dict):

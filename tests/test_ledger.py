@@ -121,3 +121,22 @@ def test_the_ledger_command_records_a_cache_and_refuses_a_tier_it_does_not_keep(
     assert (L.folder("quick") / f"{Path(task['path']).name}.json.gz").exists()
     code, err, _ = call(L.main, ["--tier", "digits", "--out", tmp_path / "out"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "invalid choice" in err
+
+
+def test_a_pack_s_run_is_done_and_recorded_as_it_ends_not_when_the_pack_does(cache, monkeypatch):
+    """On a CPU a pack's runs often train one after the other, so a session cut off mid-pack must keep the runs that
+    ended: the short run's done.json and record exist while the long run still trains."""
+    from paper_figures import entry as E
+    short, long_ = ({**TINY, "rounds": 2}, 5), ({**TINY, "rounds": 6}, 6)
+    ts = R.tasks([(short[0], short[1], ""), (long_[0], long_[1], "")], "quick")
+    rec = L.folder("quick") / f"{Path(ts[0]['path']).name}.json.gz"
+    seen = []
+
+    def watch(event, run, step, x):            # in the long run: is the short one done and recorded yet?
+        if event == "round":
+            seen.append((Path(ts[0]["path"]) / "done.json").exists() and rec.exists())
+
+    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [watch] if seed == long_[1] else [])
+    assert [r["status"] for r in R.ensure_pack(ts)] == ["done", "done"]
+    assert len(seen) == 6 and seen[-1], seen
+    assert json.loads((Path(ts[1]["path"]) / "done.json").read_text())["diverged"] is None

@@ -86,6 +86,25 @@ def test_one_run_diverges_the_others_go_on():
         assert same_run(outs[i].run, train(cfgs[i])) <= 1e-12
 
 
+def test_each_run_s_end_is_reported_as_it_ends_and_a_failing_report_fails_that_run_alone():
+    """on_end(r, outcome) comes in run r's thread as it ends (the short run's while the long one still trains), once
+    per run, diverged included; an error in it makes that run 'failed' and the others go on."""
+    cfgs = [cfg(seed=0, rounds=1), cfg(seed=1, rounds=4), cfg(seed=2, lr=1e30, clip=0.0), cfg(seed=3, rounds=2)]
+    ends, runs = [], {}
+
+    def on_end(r, o):
+        ends.append((r, o.status, {s: getattr(run, "t", None) for s, run in runs.items()}))
+        if r == 3:
+            raise OSError("disk full")
+
+    jobs = [Job(c, callbacks=[lambda ev, view, step, x, r=r: runs.setdefault(r, view)]) for r, c in enumerate(cfgs)]
+    outs = train_pack(jobs, on_end=on_end)
+    assert sorted(r for r, *_ in ends) == [0, 1, 2, 3]
+    assert [o.status for o in outs] == ["done", "done", "diverged", "failed"] and "disk full" in outs[3].error
+    r0 = next(e for e in ends if e[0] == 0)
+    assert r0[1] == "done" and r0[2][1] < 4, "the long run had not ended when the short one's end was reported"
+
+
 def test_run_directories_equal_and_resume_together(tmp_path):
     """The same config.json, metrics (seconds aside) and checkpoints as alone; a pack resumed together, and a run
     resumed alone, continue exactly."""

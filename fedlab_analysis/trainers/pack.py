@@ -247,10 +247,13 @@ def shared_data(cfgs: list[RunConfig]) -> dict:
     return out
 
 
-def train_pack(jobs: list[Job], show: bool = False, desc: str = "pack") -> list[Outcome]:
+def train_pack(jobs: list[Job], show: bool = False, desc: str = "pack", on_end=None) -> list[Outcome]:
     """Train ``jobs`` together, one thread each, their gradient calls gathered (``Batcher``). Runs whose configs
     differ in ``pack_key`` are refused: pack those apart (``groups``). Each run writes its own directory exactly as
-    ``loop.train`` alone; one that diverges or fails ends with its Outcome while the others go on."""
+    ``loop.train`` alone; one that diverges or fails ends with its Outcome while the others go on.
+    ``on_end(r, outcome)``: called as run ``r`` ends (done, diverged or failed; not on an interrupt), in its thread
+    and still holding the turn, so a caller can mark it done before the pack's slowest run ends (on a CPU a pack's
+    runs often train one after the other: ``CPU_GATHER``). An error it raises makes the run's Outcome 'failed'."""
     from .loop import train
     if len({pack_key(j.cfg) for j in jobs}) > 1:
         raise UserError("a pack's runs must share model, data set, dtype and device; pack them apart")
@@ -271,6 +274,11 @@ def train_pack(jobs: list[Job], show: bool = False, desc: str = "pack") -> list[
             outcomes[r] = Outcome("diverged", error=str(e), exc=e)
         except BaseException as e:                   # noqa: BLE001  (a UserError, a defect: the others go on;
             outcomes[r] = Outcome("failed", error=f"{type(e).__name__}: {e}", exc=e)   # an interrupt: raised below)
+        try:
+            if on_end is not None and isinstance(outcomes[r].exc, (Exception, type(None))):
+                on_end(r, outcomes[r])
+        except Exception as e:                       # noqa: BLE001  (the caller's marking failed: the run's outcome)
+            outcomes[r] = Outcome("failed", error=f"{type(e).__name__}: {e}", exc=e)
         finally:
             batcher.leave(r)
 
