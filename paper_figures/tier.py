@@ -67,6 +67,9 @@ def plan_table(tasks: list[dict], per: dict, workers: int, tier: str = "mnist") 
                  f"**{total / scale:.{1 if gpu else 0}f}** | **{total / 3600 / workers:.1f}** |")
     if gpu:
         lines.append(f"\nGPU-hours from the measured per-round cost on {R.CARD}.")
+    else:
+        lines.append(f"\nCPU minutes from the per-step cost measured on the reference machines, times this machine's "
+                     f"measured step time over theirs ({R.machine_factor():.2f}; `runs.machine_factor`).")
     return "\n".join(lines)
 
 

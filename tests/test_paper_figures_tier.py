@@ -491,3 +491,19 @@ def test_one_comparison_joins_across_tiers_whatever_rung_it_met_and_untrained_sc
     table = compare_tiers.tasks_table(["s", "t"], fam=fam)
     assert "| t | x | reproduced | absent | 1 of 1 |" in table
     assert "*Not yet trained in the fmnist tier (fmnist):* t (" in table and "not trained yet" not in table
+
+
+def test_the_cpu_estimate_scales_with_this_machine_s_measured_step(monkeypatch, capsys, tmp_path):
+    """The plan's CPU costs were measured on other machines: each estimate is scaled by this machine's step time over
+    theirs (runs.machine_factor), printed under the table; the GPU tier's is not."""
+    from fedlab_analysis.config import RunConfig
+    from paper_figures import tier
+    f = R.machine_factor()
+    assert 0.05 < f < 50, f
+    cfg = RunConfig(dataset="mnist", model="mlp", rounds=10).validate()
+    monkeypatch.setattr(R, "machine_factor", lambda: 1.0)
+    one, full = R.estimate(cfg, "", "mnist"), R.estimate(cfg, "", "full")
+    monkeypatch.setattr(R, "machine_factor", lambda: 3.0)
+    assert R.estimate(cfg, "", "mnist") == pytest.approx(3 * one) and R.estimate(cfg, "", "full") == full
+    assert tier.main(["--tier", "mnist", "--plan", "--only", "fedals_fig1_consensus", "--out", str(tmp_path)]) == 0
+    assert "this machine's measured step time over theirs (3.00;" in capsys.readouterr().out
