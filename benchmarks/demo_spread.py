@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -23,6 +22,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fedlab_analysis.provenance import cpu_model  # noqa: E402
+
 TIMING = re.compile(r" \((?:\d+(?:\.\d+)?) s(?: in all)?\)")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
@@ -31,14 +33,6 @@ def numbers(text: str) -> list[list[str]]:
     """Each transcript line's numbers as printed, timings and the output folder left out."""
     lines = [TIMING.sub("", s.rstrip()) for s in text.strip().splitlines()]
     return [NUMBER.findall(re.sub(r"^wrote \S+/:", "wrote OUT/:", s)) for s in lines]
-
-
-def cpu() -> str:
-    """The CPU's model name (Linux), else the architecture."""
-    try:
-        return next(s.split(":", 1)[1].strip() for s in open("/proc/cpuinfo") if s.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
 
 
 def main(argv=None) -> int:
@@ -57,9 +51,9 @@ def main(argv=None) -> int:
             print(f"seed {s}: {' | '.join(' '.join(line) for line in runs[-1])}", file=sys.stderr, flush=True)
     spread = [[statistics.stdev(float(r[i][j]) for r in runs) for j in range(len(runs[0][i]))]
               for i in range(len(runs[0]))]
-    Path(a.json).write_text(json.dumps({"seeds": seeds, "machine": cpu(),
+    Path(a.json).write_text(json.dumps({"seeds": seeds, "machine": cpu_model(),
                                         "values": runs, "std": spread}, indent=1) + "\n")
-    print(f"# demo across seeds {a.seeds} ({cpu()}); std: sample standard deviation over the seeds")
+    print(f"# demo across seeds {a.seeds} ({cpu_model()}); std: sample standard deviation over the seeds")
     print("| line | numbers (seed 0) | std across seeds |\n|---|---|---|")
     for i, (vals, sd) in enumerate(zip(runs[0], spread), 1):
         print(f"| {i} | {', '.join(vals)} | {', '.join(f'{x:.3g}' for x in sd)} |")

@@ -3,6 +3,10 @@
 ``source_hash()`` is the sha256 over every ``.py`` file of the package (relative path and bytes, in sorted order),
 so editing, adding, removing or renaming a module changes it, and two checkouts of the same code agree. A cache
 stores it beside its configuration (``stamp``) and is reused only when both match (``matches``).
+
+``machine(device)`` names what a run's float32 numbers also depend on: the GPU, or the CPU and the vector
+instructions torch uses on it. Two CPUs can agree to 7 digits early in a run and to 2 digits later.
+A run's record stores it; no cache key holds it.
 """
 from __future__ import annotations
 
@@ -53,3 +57,29 @@ def matches(path, config) -> bool:
 
 def write(path, config) -> None:
     Path(path).write_text(json.dumps(stamp(config), indent=1, sort_keys=True) + "\n")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else the architecture."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(s.split(":", 1)[1].strip() for s in f if s.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
+def machine(device="cpu") -> str:
+    """The machine a run computes on, as its record stores it: the GPU's name, or the CPU's model with the widest
+    vector instructions torch uses there (``AVX2``, ``AVX512``), then torch's version. ``device`` as a run's
+    config gives it (``auto`` included)."""
+    import torch
+
+    from .device import resolve
+    device = resolve(device)
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+    else:
+        where = f"{cpu_model()}, {torch.backends.cpu.get_cpu_capability()}"
+        where += "" if device.type == "cpu" else f" ({device.type})"
+    return f"{where}; torch {torch.__version__}"

@@ -38,7 +38,7 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-from . import algos
+from . import algos, provenance
 from .config import EXECUTION, RunConfig
 from .cli import guard, out_dir
 from .errors import UserError
@@ -323,7 +323,8 @@ def _finish(task: dict, run, t0: float) -> dict:
     results = {label: _probe(argv if "--device" in argv else [*argv, "--device", cfg.device], path, label)
                for label, argv in task["probes"].items()}
     record = {"status": "done", "round": run.t, "final": run.last_row or {}, "seconds": time.perf_counter() - t0,
-              "device": str(run.device), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "device": str(run.device), "machine": provenance.machine(run.device),
+              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
               "probes": {label: r.get("summary") for label, r in results.items()}}
     _write_json(path / "done.json", record)
     return {**task, "status": "done"}

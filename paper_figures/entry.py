@@ -147,9 +147,9 @@ def _write(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def _finish(task: dict, outcome, resume: bool, fit, t0: float) -> dict:
+def _finish(task: dict, outcome, resume: bool, fit, t0: float, machine: str) -> dict:
     """After training: the last round's matched-fit check, the round checkpoints removed, done.json (a divergence
-    is an outcome: done and marked); a failed run raises its error."""
+    is an outcome: done and marked; ``machine`` as provenance.machine names it); a failed run raises its error."""
     if isinstance(outcome, BaseException) or outcome.status == "failed":
         raise outcome if isinstance(outcome, BaseException) else outcome.exc
     entry, diverged = Path(task["path"]), None
@@ -160,7 +160,8 @@ def _finish(task: dict, outcome, resume: bool, fit, t0: float) -> dict:
         diverged = outcome.error
     for f in (entry / "run" / "ckpt").glob("round_*.pt"):
         f.unlink(missing_ok=True)
-    _write(entry / "done.json", {"diverged": diverged, "resumed": resume, "seconds": time.perf_counter() - t0})
+    _write(entry / "done.json", {"diverged": diverged, "resumed": resume, "seconds": time.perf_counter() - t0,
+                                 "machine": machine})
     return {"path": str(entry), "status": "done"}
 
 
@@ -184,12 +185,14 @@ def train_entries(todo: list, t0: float, on_done=None) -> dict:
     import torch
 
     from fedlab_analysis.device import set_threads
+    from fedlab_analysis.provenance import machine
     from fedlab_analysis.trainers.pack import Job, train_pack
+    where = machine(todo[0][3].device)        # a pack's runs share one device
 
     def end(r: int, outcome) -> None:
         i, task, resume, _, fit = todo[r]
         try:
-            recs[i] = _finish(task, outcome, resume, fit, t0)
+            recs[i] = _finish(task, outcome, resume, fit, t0, where)
         except Exception as e:                # noqa: BLE001
             recs[i] = _failed(task, e)
         if on_done is not None and recs[i]["status"] == "done":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fedlab_analysis import provenance
 from paper_figures import common as C
 from paper_figures import ledger as L
 from paper_figures import runs as R
@@ -40,6 +41,7 @@ def test_a_done_run_is_recorded_once_in_stable_bytes(cache):
     assert rec.exists(), "ensure_pack keeps the record of a run it finished"
     body = json.loads(gzip.decompress(rec.read_bytes()))
     assert set(body) == {*L.FILES, L.MATCHED} and "ckpt" not in str(body.keys())   # the matched-fit rounds, no file
+    assert json.loads(body["done.json"])["machine"] == provenance.machine("cpu")     # float32 differs between CPUs
     was = rec.read_bytes()
     rec.unlink()
     assert L.keep(task["path"]) == rec and rec.read_bytes() == was      # gzip without a time stamp: same bytes

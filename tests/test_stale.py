@@ -210,6 +210,17 @@ def test_source_hash_follows_the_code(tmp_path):
     assert provenance.source_hash() == provenance.source_hash([ROOT / "fedlab_analysis"])
 
 
+
+def test_the_machine_names_the_cpu_and_its_vector_instructions(monkeypatch):
+    """Float32 results differ between CPUs, so a run's record names its machine: two CPUs that differ only in the
+    instructions torch uses on them get two names."""
+    import torch
+    here = provenance.machine("cpu")
+    assert here.startswith(provenance.cpu_model() + ", ") and here.endswith(f"; torch {torch.__version__}")
+    assert torch.backends.cpu.get_cpu_capability() in here
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "ANOTHER")
+    assert provenance.machine("cpu") != here and "ANOTHER" in provenance.machine("cpu")
+
 def test_theory_cache_is_recomputed_after_a_code_change(tmp_path, monkeypatch):
     from paper_figures import common
     calls = []

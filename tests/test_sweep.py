@@ -11,7 +11,7 @@ import yaml
 
 import torch
 
-from fedlab_analysis import checkpoint, sweep
+from fedlab_analysis import checkpoint, provenance, sweep
 from fedlab_analysis.config import RunConfig
 
 TINY = dict(dataset="digits", model="logreg", clients=4, active_ratio=0.5, rounds=2, local_steps=2, batch_size=16,
@@ -62,6 +62,7 @@ def test_local_sweep_layout(local_sweep):
     for _, r in df.iterrows():
         d = out / r["name"]
         assert (d / "config.json").exists() and (d / "ckpt" / "last.pt").exists() and (d / "done.json").exists()
+        assert json.loads((d / "done.json").read_text())["machine"] == provenance.machine("cpu")
         cfg = json.loads((d / "config.json").read_text())
         assert (cfg["algo"], cfg["dir_alpha"], cfg["seed"]) == (r["algo"], r["dir_alpha"], r["seed"])
         assert r["name"] == sweep.run_name(RunConfig.from_dict(cfg))
