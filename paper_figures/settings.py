@@ -481,6 +481,24 @@ def _outputs(script: str) -> str:
     return "; ".join(f"{t}: {C.trained_under(script, t)[1]}" for t in C.REAL)
 
 
+def machines(script: str, tier: str, root=None) -> str:
+    """Where the runs of ``script``'s committed output in ``tier`` trained, counted from their ledger records
+    (done.json's ``machine``, recorded from 30 Nov): float32 numbers differ between CPUs, so an output may mix
+    machines. Runs named by curves.json; an output not trained under the current settings is not counted (its
+    records may since have been replaced)."""
+    from collections import Counter
+    d = Path(root or C.OUT) / tier / script
+    data = json.loads((d / "data.json").read_text()) if (d / "data.json").is_file() else None
+    if data is None or not C.trained_under(script, tier, data)[0] or not (d / V.CURVES).is_file():
+        return "not counted (no current output with curves)"
+    n = Counter()
+    for i in json.loads((d / V.CURVES).read_text())["runs"]:
+        rec = Path(root or C.OUT) / "ledger" / tier / f"{i}.json.gz"
+        done = json.loads(ledger.read(rec)["done.json"]) if rec.is_file() else {"machine": "no ledger record"}
+        n[done.get("machine", "not recorded (before 30 Nov)")] += 1
+    return ", ".join(f"{m}: {k}" for m, k in n.most_common())
+
+
 CONTROLS = (   # (claim, what the control isolates, method arms, base arm); an arm: (script, its path, label)
     ("fedlesam.ctrl.s_scaffold", "FedLESAM-S's estimated perturbation over SCAFFOLD (FedLESAM Sec. 6.3, Table 4)",
      [("fedlesam_fig4_rho", f"fedlesam_s/{r}", f"FedLESAM-S, rho/eta_l = {r}") for r in ("0.01", "0.1", "1")],
@@ -630,6 +648,8 @@ def render(script: str) -> str:
                 False: f"**{SHORT}**: the claims are judged before the paper's schedule has annealed.",
                 None: "not checked (the paper states no schedule)."}[ok], "",
              "Committed outputs (`out/<tier>/" + script + "/data.json`): " + _outputs(script) + ".", "",
+             "Runs of the committed outputs by machine (their ledger records): "
+             + "; ".join(f"{t}: {machines(script, t)}" for t in C.REAL) + ".", "",
              "| knob | paper | where | MNIST tier | mark | why / the authors' code |", "|---|---|---|---|---|---|"]
     for r in rs:
         ours_ = r["ours"] if isinstance(r["ours"], str) else f"{r['ours']:.2g}"

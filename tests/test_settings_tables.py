@@ -283,3 +283,24 @@ def test_a_paper_s_controls_read_as_one_more_script_in_the_tasks_table(monkeypat
                for r in got)
     assert "not compared" in CT.tasks_table([CT.CONTROLS + "fedlesam"])
     assert not any("RI" in r["row"] or "FedSMOO" in r["row"] for r in got)
+
+
+def test_the_runs_of_an_output_are_counted_by_the_machine_their_ledger_records_name(tmp_path):
+    """Float32 numbers differ between CPUs, so each table counts the machines its output's runs trained on."""
+    import gzip
+    script, tier = "fedinit_table6", "fmnist"
+    shutil.copytree(C.OUT / tier / script, tmp_path / tier / script)
+    runs = sorted(json.loads((tmp_path / tier / script / "curves.json").read_text())["runs"])
+    (tmp_path / "ledger" / tier).mkdir(parents=True)
+    for i in runs:
+        shutil.copy(C.OUT / "ledger" / tier / f"{i}.json.gz", tmp_path / "ledger" / tier)
+    assert S.machines(script, tier, tmp_path) == f"not recorded (before 30 Nov): {len(runs)}"
+    rec = tmp_path / "ledger" / tier / f"{runs[0]}.json.gz"
+    body = json.loads(gzip.decompress(rec.read_bytes()))
+    body["done.json"] = json.dumps({**json.loads(body["done.json"]), "machine": "CPU X, AVX512; torch 2.13.0+cpu"})
+    rec.write_bytes(gzip.compress(json.dumps(body).encode()))
+    (tmp_path / "ledger" / tier / f"{runs[1]}.json.gz").unlink()
+    assert S.machines(script, tier, tmp_path) == (f"not recorded (before 30 Nov): {len(runs) - 2}, "
+                                                  "CPU X, AVX512; torch 2.13.0+cpu: 1, no ledger record: 1")
+    (tmp_path / tier / script / "curves.json").unlink()
+    assert S.machines(script, tier, tmp_path).startswith("not counted")
