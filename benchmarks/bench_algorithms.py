@@ -7,12 +7,12 @@ are not comparable with the others'; the table says so.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import torch
 
 from fedlab_analysis.config import RunConfig
+from fedlab_analysis.provenance import machine
 from fedlab_analysis.trainers import ALGORITHMS
 from fedlab_analysis.trainers.loop import train
 
@@ -28,7 +28,7 @@ def main(argv=None):
                 batch_size=20, local_epochs=2, lr=0.1, lr_decay=0.998, wd=1e-3, rounds=args.rounds,
                 seed=args.seed, eval_every=args.rounds, quiet=True, keep_clients=False)
     print(f"# digits, mlp(200,200), 20 clients, Dir 0.1, active 0.5, bs 20, 2 local epochs, lr 0.1, "
-          f"{args.rounds} rounds; torch {torch.__version__}, {platform.processor() or platform.machine()}, 1 thread")
+          f"{args.rounds} rounds; {machine()}, 1 thread")
     print(f"| {'algorithm':<16}| final test acc | s / round | grads / round | note |")
     print("|---|---|---|---|---|")
     for name in args.algos:

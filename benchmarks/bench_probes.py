@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import platform
 import time
 
 import torch
 
 from fedlab_analysis.config import RunConfig
 from fedlab_analysis.probes.curvature import HessianOperator
+from fedlab_analysis.provenance import machine
 from fedlab_analysis.probes.common import functional, has_batchnorm
 from fedlab_analysis.trainers.engine import Run
 
@@ -132,7 +132,7 @@ if __name__ == "__main__":
     p.add_argument("--products", type=int, default=30, help="part 3: trace products")
     p.add_argument("--device", default="cpu")
     a = p.parse_args()
-    print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads at start\n")
+    print(f"{machine(a.device)}, {torch.get_num_threads()} threads at start\n")
     if a.resnet:
         torch.set_num_threads(1)
         resnet_beside_pyhessian(a.resnet, a.products, a.device)

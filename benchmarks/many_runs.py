@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from fedlab_analysis.provenance import machine  # noqa: E402
 from paper_figures.common import MNIST_BASE, QUICK_BASE  # noqa: E402
 
 SECTION = "## many_runs.py"
@@ -169,7 +169,7 @@ def main(argv=None):
     ap.add_argument("--in-process", action="store_true", help="only the per-step table (no separate processes)")
     args = ap.parse_args(argv)
     settings = args.settings.split(",")
-    head = (f"# {args.seeds} seeds; torch {torch.__version__}, {platform.machine()}, "
+    head = (f"# {args.seeds} seeds; {machine(args.device)}, "
             f"{len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f} at the start")
     t1 = ["| setting | cores | runs | separate processes (s) | packed (s) | throughput ratio |",
           "|---|---|---|---|---|---|"]

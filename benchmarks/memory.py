@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -83,7 +82,7 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, os.path.dirname(HERE))
     from fedlab_analysis.plan import free_memory
-    import torch
+    from fedlab_analysis.provenance import machine
     if args.plan_only:
         print(f"| algorithm | plan (this code) | chunk for {args.budget:g} GiB | its plan |\n|---|---|---|---|")
         for algo in args.algos.split(","):
@@ -94,7 +93,7 @@ def main(argv=None) -> int:
     codes = [c.split("=", 1) if "=" in c else (os.path.basename(os.path.abspath(c)), c)
              for c in args.code or [os.path.dirname(HERE)]]
     print(f"# ResNet-18-GN, 100 clients, 10 active, 1 round of {args.local_steps} local steps, synthetic "
-          f"CIFAR-10-sized data; torch {torch.__version__}, {platform.machine()}, 1 thread")
+          f"CIFAR-10-sized data; {machine()}, 1 thread")
     print("| algorithm | code | clients at once | peak RSS | last.pt | plan (this code) |")
     print("|---|---|---|---|---|---|")
     runs = []

@@ -33,7 +33,6 @@ import contextlib
 import gc
 import importlib.util
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ from fedlab_analysis.data import Dataset  # noqa: E402
 from fedlab_analysis.device import resolve, set_threads  # noqa: E402
 from fedlab_analysis.models import build_model  # noqa: E402
 from fedlab_analysis.errors import UserError  # noqa: E402
+from fedlab_analysis.provenance import machine  # noqa: E402
 from fedlab_analysis.trainers.engine import Run, check_precision  # noqa: E402
 
 MODELS = {"mlp": (1, 28, 28), "cnn": (3, 32, 32), "resnet18gn": (3, 32, 32)}
@@ -314,11 +314,9 @@ def main(argv=None):
     bad = [s for s in settings if s not in SETTINGS]
     if bad or not settings:
         p.error(f"--settings: unknown {bad}; a comma-separated list of equal, papers")
-    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"{platform.machine()} CPU, {os.cpu_count()} cores"
     flags = ("; the reference under the simulator's train.py switches (cudnn.deterministic, TF32), ours in fp32 "
              "unless the algorithm cell names tf32 or bf16") if device.type == "cuda" else ""
-    head = (f"{machine}, torch {torch.__version__}, {a.threads} thread(s), device {device}; {a.clients} clients, "
+    head = (f"{machine(device)}; {os.cpu_count()} cores, {a.threads} thread(s), device {device}; {a.clients} clients, "
             f"batch 50, {a.rounds} timed rounds per runner, interleaved after a warm-up, evaluation excluded; "
             f"equal: best of the rounds; papers: mean over the same rounds; "
             f"reference = benchmarks/reference_sim.py ({reference_doc()}){flags}; "

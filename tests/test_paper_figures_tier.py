@@ -69,6 +69,35 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     assert not list((entry / "run" / "ckpt").glob("round_*.pt"))  # pruned: last.pt alone holds the state
 
 
+def test_a_run_killed_after_it_diverged_trains_again_from_scratch(tmp_path, monkeypatch):
+    """A run that goes on through a divergence checkpoints its non-finite state, which a resume refuses: killed
+    after that checkpoint, it is trained again from scratch, to the rows an unbroken run writes."""
+    cfg = {**TINY, "lr": 1e4, "on_divergence": "continue"}
+    task = R.tasks([(cfg, 0, "")], "quick")[0]
+
+    def kill(event, run, ctx, x):
+        if event == "round" and run.t == 5:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [kill])
+    with pytest.raises(KeyboardInterrupt):
+        R.ensure(task)
+    entry = Path(task["path"])
+    last = torch.load(entry / "run" / "ckpt" / "last.pt", weights_only=True)
+    assert last["round"] == 4 and not all(torch.isfinite(v).all() for v in last["global"].values())
+    assert "non-finite" in R.unresumable(entry)
+    monkeypatch.undo()
+    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
+    assert R.ensure(task)["status"] == "done"
+    assert json.loads((entry / "done.json").read_text())["resumed"] is False
+    rows = [json.loads(s) for s in (entry / "run" / "metrics.jsonl").read_text().splitlines()]
+    from fedlab_analysis.trainers.loop import train
+    train(C.config(cfg, 0, "quick"), tmp_path / "whole")
+    whole = [json.loads(s) for s in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}          # noqa: E731
+    assert [r["round"] for r in rows] == list(range(1, 7)) and sum("diverged" in r for r in rows) == 1
+    assert json.dumps([drop(r) for r in rows]) == json.dumps([drop(r) for r in whole])
+
+
 def test_a_changed_training_source_or_config_trains_again(monkeypatch):
     task = R.tasks([(TINY, 0, "")], "quick")[0]
     R.ensure(task)
