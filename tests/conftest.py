@@ -72,3 +72,18 @@ def fill(folder) -> None:
                     fh.write(b"\0" * size)
             except OSError:
                 pass
+
+
+def kill_in_round(monkeypatch, task: dict, t: int) -> None:
+    """Train ``task`` through the figures' run cache (``paper_figures.runs.ensure``) and kill it in round ``t``, as
+    a killed worker would: the entry keeps its last checkpoint before round ``t``. The hooks are restored after."""
+    from paper_figures import entry as E
+    from paper_figures import runs as R
+
+    def kill(event, run, ctx, x):
+        if event == "round" and run.t == t:
+            raise KeyboardInterrupt
+    with monkeypatch.context() as m:
+        m.setattr(E, "hooks_for", lambda tag, seed: [kill])
+        with pytest.raises(KeyboardInterrupt):
+            R.ensure(task)

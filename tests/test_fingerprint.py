@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import kill_in_round
 
 from paper_figures import tiers as T_
 from paper_figures import entry as E
@@ -208,14 +209,7 @@ def test_code_that_cannot_be_fingerprinted_keeps_nothing(trained, monkeypatch, c
 
 def test_a_partial_entry_of_an_equivalent_source_resumes(computed, monkeypatch):
     task = R.tasks([(TINY, 0, "")], "quick")[0]
-
-    def kill(event, run, ctx, x):
-        if event == "round" and run.t == 3:
-            raise KeyboardInterrupt
-    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [kill])
-    with pytest.raises(KeyboardInterrupt):
-        R.ensure(task)
-    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [])
+    kill_in_round(monkeypatch, task, 3)
     entry = Path(task["path"])
     F.record(entry.parent, task["key"]["source"], "same")
     again = _edited(monkeypatch)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import kill_in_round
 
 from paper_figures import common as C
 from paper_figures import tiers as T_
@@ -45,18 +46,10 @@ def test_pool_trains_and_a_second_call_touches_nothing(tmp_path):
 
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     task = R.tasks([(TINY, 0, "")], "quick")[0]
-
-    def kill(event, run, ctx, x):
-        if event == "round" and run.t == 5:
-            raise KeyboardInterrupt                             # as if the process were killed in round 5
-    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [kill])
-    with pytest.raises(KeyboardInterrupt):
-        R.ensure(task)
+    kill_in_round(monkeypatch, task, 5)                         # as if the process were killed in round 5
     entry = Path(task["path"])
     assert R.status(task) == "partial" and not (entry / "done.json").exists()
     assert torch.load(entry / "run" / "ckpt" / "last.pt", weights_only=True)["round"] == 4
-    monkeypatch.undo()
-    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
     assert R.ensure(task)["status"] == "done"
     assert json.loads((entry / "done.json").read_text())["resumed"] is True
     from fedlab_analysis.trainers.loop import train
@@ -74,19 +67,11 @@ def test_a_run_killed_after_it_diverged_trains_again_from_scratch(tmp_path, monk
     after that checkpoint, it is trained again from scratch, to the rows an unbroken run writes."""
     cfg = {**TINY, "lr": 1e4, "on_divergence": "continue"}
     task = R.tasks([(cfg, 0, "")], "quick")[0]
-
-    def kill(event, run, ctx, x):
-        if event == "round" and run.t == 5:
-            raise KeyboardInterrupt
-    monkeypatch.setattr(E, "hooks_for", lambda tag, seed: [kill])
-    with pytest.raises(KeyboardInterrupt):
-        R.ensure(task)
+    kill_in_round(monkeypatch, task, 5)
     entry = Path(task["path"])
     last = torch.load(entry / "run" / "ckpt" / "last.pt", weights_only=True)
     assert last["round"] == 4 and not all(torch.isfinite(v).all() for v in last["global"].values())
     assert "non-finite" in R.unresumable(entry)
-    monkeypatch.undo()
-    monkeypatch.setattr(T_, "_ARGS", dict(T_._ARGS, out=tmp_path / "out"))
     assert R.ensure(task)["status"] == "done"
     assert json.loads((entry / "done.json").read_text())["resumed"] is False
     rows = [json.loads(s) for s in (entry / "run" / "metrics.jsonl").read_text().splitlines()]
