@@ -51,10 +51,11 @@ def alias(src: str | os.PathLike, path: str | os.PathLike) -> Path:
     return atomic(Path(path), write)
 
 
-def load(path: str | os.PathLike, map_location="cpu") -> dict:
-    """Load and validate; any problem is one CheckpointError line naming the file and the fix."""
+def load(path: str | os.PathLike, map_location="cpu", finite: bool = True) -> dict:
+    """Load and validate; any problem is one CheckpointError line naming the file and the fix. ``finite=False``
+    accepts non-finite values: the state of a run that went on through a divergence, which it resumes."""
     path, ckpt = read(path, map_location)
-    return validate(ckpt, path)
+    return validate(ckpt, path, finite)
 
 
 def read(path: str | os.PathLike, map_location="cpu") -> tuple[Path, object]:
@@ -86,7 +87,7 @@ def read(path: str | os.PathLike, map_location="cpu") -> tuple[Path, object]:
     return path, ckpt
 
 
-def validate(ckpt, path) -> dict:
+def validate(ckpt, path, finite: bool = True) -> dict:
     """``ckpt`` (read from ``path``) if it is a well-formed fedlab_analysis checkpoint; else one CheckpointError."""
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         what = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
@@ -99,7 +100,7 @@ def validate(ckpt, path) -> dict:
     missing = [k for k in REQUIRED if k not in ckpt]
     if missing:
         raise CheckpointError(f"{str(path)!r} lacks {', '.join(missing)}; it is incomplete, re-run training")
-    verify(ckpt, path)
+    verify(ckpt, path, finite)
     return ckpt
 
 
@@ -218,14 +219,14 @@ def run_dir(path: Path) -> None:
         raise CheckpointError(str(e)) from None
 
 
-def _tensors(d, what: str, where: str, floating: bool = False) -> dict:
+def _tensors(d, what: str, where: str, floating: bool = False, finite: bool = True) -> dict:
     if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
         raise CheckpointError(f"{where}: {what} is not a mapping of names to tensors")
     for k, v in d.items():
         dense(v, f"{where}: {what}[{k!r}]")
         if floating and not v.is_floating_point():
             raise CheckpointError(f"{where}: {what}[{k!r}] has dtype {v.dtype}, not a floating-point type")
-        if v.is_floating_point() and not torch.isfinite(v).all():
+        if finite and v.is_floating_point() and not torch.isfinite(v).all():
             raise CheckpointError(f"{where}: {what}[{k!r}] holds non-finite values (the run diverged); "
                                   f"use an earlier checkpoint (ckpt/round_XXXX.pt)")
     return d
@@ -242,9 +243,10 @@ def _same(got: dict, want: dict, what: str, where: str) -> None:
                                   f"{list(v.shape)}")
 
 
-def verify(ckpt: dict, path) -> None:
+def verify(ckpt: dict, path, finite: bool = True) -> None:
     """Every field well-formed and the tensors those of the model the checkpoint names (names, shapes, floating
-    dtypes, finite values): a damaged or foreign checkpoint is one CheckpointError line, before any use."""
+    dtypes, finite values unless ``finite=False``): a damaged or foreign checkpoint is one CheckpointError line, before
+    any use."""
     from .config import check
     from .models import build_model
     from .params import ParamSpace
@@ -263,9 +265,9 @@ def verify(ckpt: dict, path) -> None:
     except UserError as e:
         raise CheckpointError(f"{e}" if str(e).startswith(where) else f"{where}: model spec: {e}") from None
     params = dict(model.named_parameters())
-    _same(_tensors(ckpt["global"], "global", where, floating=True), params, "global", where)
+    _same(_tensors(ckpt["global"], "global", where, True, finite), params, "global", where)
     buffers = {n: b for n, b in model.named_buffers() if b.is_floating_point()}
-    _same(_tensors(ckpt.get("buffers") or {}, "buffers", where, floating=True), buffers, "buffers", where)
+    _same(_tensors(ckpt.get("buffers") or {}, "buffers", where, True, finite), buffers, "buffers", where)
     key = lambda l: (l.name, l.shape, l.offset, l.numel, l.block)          # noqa: E731  (group: FedALS' split)
     try:
         space = ParamSpace.from_table(ckpt["layers"])
@@ -273,7 +275,7 @@ def verify(ckpt: dict, path) -> None:
         raise CheckpointError(f"{where}: the layer table is malformed ({type(e).__name__}: {e})") from None
     if [key(l) for l in space.layers] != [key(l) for l in ParamSpace.of_model(model).layers]:
         raise CheckpointError(f"{where}: the layer table does not describe the model {spec['name']!r}")
-    _tensors(ckpt["algo_state"], "algo_state", where)
+    _tensors(ckpt["algo_state"], "algo_state", where, finite=finite)
     cl = ckpt.get("clients")
     if cl is not None:
         m, rounds = (cl.get("models"), cl.get("rounds")) if isinstance(cl, dict) else (None, None)
@@ -281,7 +283,7 @@ def verify(ckpt: dict, path) -> None:
                 and isinstance(rounds, torch.Tensor) and tuple(rounds.shape) == (m.shape[0],)
                 and len(cl.get("ids") or ()) == m.shape[0]):
             raise CheckpointError(f"{where}: clients is not an [m, {space.P}] table of models with m rounds and ids")
-        _tensors({"models": m}, "clients", where)
+        _tensors({"models": m}, "clients", where, finite=finite)
     part = ckpt["partition"]
     ix = part.get("indices") if isinstance(part, dict) else None
     if not isinstance(ix, list) or not all(isinstance(i, torch.Tensor) and i.dim() == 1 and not i.is_floating_point()

@@ -271,21 +271,6 @@ def _keep(path) -> None:
         print(f"warning: ledger: {path}: {e}", file=sys.stderr)
 
 
-def unresumable(entry: Path) -> str | None:
-    """Why ``train(resume=True)`` would refuse the entry's last checkpoint, or None (none there, or it loads). A run
-    that goes on through a divergence (``--on-divergence continue``) checkpoints its non-finite state, which a resume
-    refuses: killed after that, the run is trained again from scratch (one machine gives it the same numbers)."""
-    from fedlab_analysis import checkpoint
-    from fedlab_analysis.errors import CheckpointError
-    last = entry / "run" / "ckpt" / "last.pt"
-    try:
-        if last.exists():
-            checkpoint.load(last)
-    except CheckpointError as e:
-        return f"its last checkpoint cannot be resumed ({e})"
-    return None
-
-
 def _prepare(task: dict):
     """A pending entry made ready to train: (whether it resumes, its RunConfig, its MatchedFit hook)."""
     from fedlab_analysis.config import RunConfig
@@ -293,10 +278,6 @@ def _prepare(task: dict):
     st = status(task)
     if st == "damaged":                           # healed: trained again from scratch
         print(f"warning: damaged cache entry {entry}: {damaged(task)}; training it again", file=sys.stderr)
-        st = "new"
-    why = unresumable(entry) if st in ("partial", "failed") else None
-    if why:                                       # the same key from scratch: the numbers an unbroken run gives
-        print(f"warning: {entry}: {why}; training it again from scratch", file=sys.stderr)
         st = "new"
     if st == "new" and entry.exists():
         shutil.rmtree(entry)                      # a stale key: nothing of it is reused

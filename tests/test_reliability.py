@@ -49,6 +49,32 @@ def test_divergence_continue_marks_the_round_and_runs_on(tmp_path, tiny_cfg):
     assert run.t == 4
     marked = [x["round"] for x in rows(tmp_path / "go") if "diverged" in x]
     assert marked == [e.value.round]
+    run.advance(2)                                                # continued in memory: no second mark
+    assert [x["round"] for x in rows(tmp_path / "go") if "diverged" in x] == marked and run.t == 6
+
+
+def test_a_run_gone_on_through_a_divergence_resumes_under_continue(tmp_path, capsys):
+    """--on-divergence continue saves the run's non-finite state. --resume goes on from it under that choice (marking
+    the divergence once, to an unbroken run's rows and weights); under stop it refuses it in one line."""
+    go = [*BASE, "--lr", "1e30", "--on-divergence", "continue", "--ckpt-every", "2"]
+    assert train_cli.main([*go, "--rounds", "6", "--out", str(tmp_path / "whole")]) == 0
+    assert train_cli.main([*go, "--rounds", "4", "--out", str(tmp_path / "cut")]) == 0
+    cut = tmp_path / "cut"
+    last = torch.load(cut / "ckpt/last.pt", weights_only=True)
+    assert last["round"] == 4 and not all(torch.isfinite(v).all() for v in last["global"].values())
+    before = (cut / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert train_cli.main(["--resume", str(cut), "--rounds", "6", "--on-divergence", "stop"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "non-finite" in err[0], err
+    assert (cut / "metrics.jsonl").read_bytes() == before
+    assert train_cli.main(["--resume", str(cut), "--rounds", "6"]) == 0         # config.json: continue
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}          # noqa: E731
+    assert json.dumps([drop(r) for r in rows(cut)]) == json.dumps([drop(r) for r in rows(tmp_path / "whole")])
+    assert sum("diverged" in r for r in rows(cut)) == 1 and rows(cut)[-1]["round"] == 6
+    a, b = (torch.load(d / "ckpt/last.pt", weights_only=True)["global"] for d in (cut, tmp_path / "whole"))
+    for k in b:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, equal_nan=True)
 
 
 # ---- two writers, a kill, resume ----------------------------------------------------------------------------

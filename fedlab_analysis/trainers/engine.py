@@ -207,6 +207,7 @@ class Run:
         self.out = None                              # the run directory of the latest train() call, if any
         self.trainer = None                          # the loop that trained it (loop.train sets it): Run.advance
         self.last_row = None                         # the latest metrics row
+        self.marked = False                          # a divergence marked in metrics.jsonl (--on-divergence continue)
         self.loss = F.cross_entropy                  # loss(output, labels); swapped for exact toy checks
         self._scratch, self._flip = {}, 0            # work buffers reused across steps (Run.scratch)
         self._stage = {}                             # host staging buffers for --state-device cpu (Run.rows, put)

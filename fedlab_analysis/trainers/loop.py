@@ -118,8 +118,10 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     run would; only what ``--resume`` lets change may differ. ``run.advance(k)`` is the short form.
     ``out`` is locked while this runs; a non-empty ``out`` is refused unless resumed, continued or ``overwrite``
     (which clears it). Non-finite parameters or loss raise ``Diverged`` at that round (``cfg.on_divergence ==
-    'stop'``) after marking it in metrics.jsonl; last.pt keeps the last finite checkpoint. ``batcher``: the run
-    is one of a pack (trainers/pack.py), whose gradient calls it joins; its own progress bar is off."""
+    'stop'``) after marking it in metrics.jsonl; last.pt keeps the last finite checkpoint. Under 'continue' the
+    round is marked once and the run goes on, checkpoints included; a resume goes on from that non-finite state.
+    ``batcher``: the run is one of a pack (trainers/pack.py), whose gradient calls it joins; its own progress bar
+    is off."""
     out = rundir.check_dir(out) if out is not None else None
     prior = None
     if run is not None:
@@ -132,7 +134,7 @@ def train(cfg: RunConfig, out: str | os.PathLike | None = None, resume: bool = F
     if resume:
         if out is None or not (out / "ckpt" / "last.pt").exists():
             raise UserError(f"--resume: no checkpoint at {out}/ckpt/last.pt; start a new run with --out")
-        prior = checkpoint.load(out / "ckpt" / "last.pt")
+        prior = checkpoint.load(out / "ckpt" / "last.pt", finite=cfg.on_divergence == "stop")
         _check_same(RunConfig.from_dict(prior["config"], f"{out}/ckpt/last.pt: config"), cfg, "--resume")
         if cfg.rounds < prior["round"]:
             raise UserError(f"--rounds: {cfg.rounds} is fewer than the {prior['round']} rounds {out} has done; "
@@ -172,7 +174,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
     hooks = list(run.callbacks)                      # with a continued run, the hooks of earlier calls too
     consumed = [len(getattr(cb, "rows", None) or []) for cb in hooks]   # rows of earlier calls are written
     saved = None                                     # the checkpoint of the latest round, if one was saved
-    marked = False                                   # a divergence already marked (--on-divergence continue)
+    marked = run.marked or any("diverged" in r for r in kept)     # a divergence is marked once (continue)
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
@@ -190,7 +192,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
         why = None if marked else _diverged(run, row)
         if why is not None:
-            marked = True
+            marked = run.marked = True
             row = {**(row if row is not None and row.get("round") == run.t else
                       {"round": run.t, "lr": ctx.lr, "n_active": ctx.n, "seconds": seconds}), "diverged": why}
         if out is not None and row is not None and row.get("round") == run.t:
