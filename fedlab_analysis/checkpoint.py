@@ -265,9 +265,10 @@ def verify(ckpt: dict, path, finite: bool = True) -> None:
     except UserError as e:
         raise CheckpointError(f"{e}" if str(e).startswith(where) else f"{where}: model spec: {e}") from None
     params = dict(model.named_parameters())
-    _same(_tensors(ckpt["global"], "global", where, True, finite), params, "global", where)
+    _same(_tensors(ckpt["global"], "global", where, floating=True, finite=finite), params, "global", where)
     buffers = {n: b for n, b in model.named_buffers() if b.is_floating_point()}
-    _same(_tensors(ckpt.get("buffers") or {}, "buffers", where, True, finite), buffers, "buffers", where)
+    _same(_tensors(ckpt.get("buffers") or {}, "buffers", where, floating=True, finite=finite), buffers, "buffers",
+          where)
     key = lambda l: (l.name, l.shape, l.offset, l.numel, l.block)          # noqa: E731  (group: FedALS' split)
     try:
         space = ParamSpace.from_table(ckpt["layers"])

@@ -174,7 +174,7 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
     hooks = list(run.callbacks)                      # with a continued run, the hooks of earlier calls too
     consumed = [len(getattr(cb, "rows", None) or []) for cb in hooks]   # rows of earlier calls are written
     saved = None                                     # the checkpoint of the latest round, if one was saved
-    marked = run.marked or any("diverged" in r for r in kept)     # a divergence is marked once (continue)
+    run.marked = run.marked or any("diverged" in r for r in kept)     # a divergence is marked once (continue)
     while run.t < cfg.rounds:
         t0 = time.perf_counter()
         ctx = run.round()
@@ -190,9 +190,9 @@ def _loop(run: Run, cfg: RunConfig, out: Path | None, prior: dict | None, kept: 
             row = run.metrics(seconds, ctx, full=full or not cfg.eval_samples)
             row.update({"probes": probed} if probed else {})
             bar.set_postfix(test_acc=f"{row['test_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
-        why = None if marked else _diverged(run, row)
+        why = None if run.marked else _diverged(run, row)
         if why is not None:
-            marked = run.marked = True
+            run.marked = True
             row = {**(row if row is not None and row.get("round") == run.t else
                       {"round": run.t, "lr": ctx.lr, "n_active": ctx.n, "seconds": seconds}), "diverged": why}
         if out is not None and row is not None and row.get("round") == run.t:
